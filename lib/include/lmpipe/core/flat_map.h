@@ -1,0 +1,110 @@
+// FlatMap64: an open-addressing hash map from 64-bit keys to small values, for the
+// hot lookups of BPE (pair → merge) where std::unordered_map's node chasing costs.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace lmp {
+
+template <class V>
+class FlatMap64 {
+ public:
+  static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
+
+  FlatMap64() { rehash(16); }
+  std::size_t size() const { return size_; }
+  void reserve(std::size_t n) {
+    std::size_t cap = 16;
+    while (cap < n * 2) cap <<= 1;
+    if (cap > keys_.size()) rehash(cap);
+  }
+  // Insert or overwrite. kEmpty is not a valid key.
+  void set(std::uint64_t key, const V& v) {
+    if ((size_ + 1) * 2 > keys_.size()) rehash(keys_.size() * 2);
+    std::size_t i = slot(key);
+    if (keys_[i] == kEmpty) {
+      keys_[i] = key;
+      ++size_;
+    }
+    vals_[i] = v;
+  }
+  const V* find(std::uint64_t key) const {
+    std::size_t i = slot(key);
+    return keys_[i] == kEmpty ? nullptr : &vals_[i];
+  }
+  V* find(std::uint64_t key) {
+    std::size_t i = slot(key);
+    return keys_[i] == kEmpty ? nullptr : &vals_[i];
+  }
+  // Value for key, default-inserted if absent.
+  V& operator[](std::uint64_t key) {
+    if ((size_ + 1) * 2 > keys_.size()) rehash(keys_.size() * 2);
+    std::size_t i = slot(key);
+    if (keys_[i] == kEmpty) {
+      keys_[i] = key;
+      vals_[i] = V{};
+      ++size_;
+    }
+    return vals_[i];
+  }
+  void clear() {
+    keys_.assign(16, kEmpty);
+    vals_.clear();
+    vals_.resize(16);
+    size_ = 0;
+  }
+  template <class F>
+  void for_each(F&& f) {
+    for (std::size_t i = 0; i < keys_.size(); ++i)
+      if (keys_[i] != kEmpty) f(keys_[i], vals_[i]);
+  }
+  template <class F>
+  void for_each(F&& f) const {
+    for (std::size_t i = 0; i < keys_.size(); ++i)
+      if (keys_[i] != kEmpty) f(keys_[i], vals_[i]);
+  }
+
+  static std::uint64_t hash(std::uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    return k;
+  }
+
+ private:
+  std::size_t slot(std::uint64_t key) const {
+    std::size_t mask = keys_.size() - 1;
+    std::size_t i = static_cast<std::size_t>(hash(key)) & mask;
+    while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & mask;
+    return i;
+  }
+  void rehash(std::size_t cap) {
+    std::vector<std::uint64_t> ok = std::move(keys_);
+    std::vector<V> ov = std::move(vals_);
+    keys_.assign(cap, kEmpty);
+    vals_.clear();
+    vals_.resize(cap);
+    size_ = 0;
+    for (std::size_t i = 0; i < ok.size(); ++i)
+      if (ok[i] != kEmpty) {
+        std::size_t j = slot(ok[i]);
+        keys_[j] = ok[i];
+        vals_[j] = std::move(ov[i]);
+        ++size_;
+      }
+  }
+  std::vector<std::uint64_t> keys_;
+  std::vector<V> vals_;
+  std::size_t size_ = 0;
+};
+
+inline std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) |
+         static_cast<std::uint32_t>(b);
+}
+
+}  // namespace lmp

@@ -1,0 +1,74 @@
+// File and stream I/O for the library: whole-file reads, line-chunked streaming
+// reads, and atomic output files (temp file in the same folder + rename).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "lmpipe/core/result.h"
+
+namespace lmp::io {
+
+// Read a whole file ("-" = standard input) into memory.
+Result<std::string> read_file(const std::string& path);
+
+// A sequential reader over a file or stdin ("-") that hands out chunks of whole lines.
+class ChunkReader {
+ public:
+  static Result<std::unique_ptr<ChunkReader>> open(const std::string& path);
+  ~ChunkReader();
+  ChunkReader(const ChunkReader&) = delete;
+  ChunkReader& operator=(const ChunkReader&) = delete;
+
+  // Fill `out` with about `target` bytes that end at a line boundary ('\n'), or with
+  // the rest of the input at its end (which may then not end in '\n'). Returns false
+  // at end of input with `out` empty. A line longer than `target` is returned whole.
+  Result<bool> next(std::string& out, std::size_t target);
+  const std::string& name() const { return name_; }
+  std::uint64_t bytes_read() const { return bytes_read_; }
+  std::uint64_t size_hint() const { return size_hint_; }  // 0 when unknown (pipe)
+
+ private:
+  ChunkReader() = default;
+  int fd_ = -1;
+  bool own_ = false;
+  bool eof_ = false;
+  std::string name_;
+  std::string carry_;  // bytes after the last newline of the previous chunk
+  std::uint64_t bytes_read_ = 0;
+  std::uint64_t size_hint_ = 0;
+};
+
+// An output file written atomically: data goes to "<path>.tmp.XXXXXX" in the same
+// folder and is renamed over `path` by commit(). Destroyed without commit, the
+// temporary is removed, so a failed or interrupted run never leaves partial output.
+class AtomicFile {
+ public:
+  static Result<std::unique_ptr<AtomicFile>> create(const std::string& path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  Status write(std::string_view data);
+  Status commit();  // flush, fsync, rename
+  const std::string& path() const { return path_; }
+
+ private:
+  AtomicFile() = default;
+  int fd_ = -1;
+  std::string path_, tmp_;
+  bool committed_ = false;
+};
+
+// Write `data` to `path` atomically ("-" writes to standard output).
+Status write_file_atomic(const std::string& path, std::string_view data);
+
+// Remove temporaries registered by live AtomicFiles; safe to call from a signal handler.
+void remove_pending_temporaries_signal_safe();
+
+// "No such file or directory" etc. for errno values.
+std::string errno_message(int err);
+
+}  // namespace lmp::io

@@ -1,0 +1,91 @@
+// A small, fast JSON reader (DOM over one buffer) and writer.
+//
+// Written for tokenizer.json files: a Llama-3 tokenizer.json is 9 MB with ~400k
+// strings, and loading it must take well under 100 ms. Strings without escapes are
+// views into the source buffer; nodes live in one vector. Errors are located as
+// "name:line:col: message".
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lmpipe/core/result.h"
+
+namespace lmp::json {
+
+enum class Type : std::uint8_t { null, boolean, number, string, array, object };
+
+class Document;
+
+// A handle to one node of a Document (cheap to copy; valid while the Document lives).
+class Value {
+ public:
+  Value() = default;
+  Type type() const;
+  bool is_null() const { return doc_ == nullptr || type() == Type::null; }
+  bool is_string() const { return doc_ && type() == Type::string; }
+  bool is_number() const { return doc_ && type() == Type::number; }
+  bool is_bool() const { return doc_ && type() == Type::boolean; }
+  bool is_array() const { return doc_ && type() == Type::array; }
+  bool is_object() const { return doc_ && type() == Type::object; }
+  bool valid() const { return doc_ != nullptr; }
+
+  std::string_view str() const;  // string contents (unescaped)
+  double num() const;
+  bool boolean() const;
+  std::optional<std::int64_t> integer() const;  // set when the number is integral
+
+  std::size_t size() const;        // elements of an array, members of an object
+  Value operator[](std::size_t i) const;  // array element
+  Value key(std::size_t i) const;         // object member name
+  Value val(std::size_t i) const;         // object member value
+  Value get(std::string_view name) const; // object member, or an invalid Value
+
+  // "name:line:col" of this node, for error messages.
+  std::string where() const;
+
+ private:
+  friend class Document;
+  Value(const Document* d, std::uint32_t i) : doc_(d), idx_(i) {}
+  const Document* doc_ = nullptr;
+  std::uint32_t idx_ = 0;
+};
+
+class Document {
+ public:
+  // Parse `text` (kept by the Document). `name` is used in error messages.
+  static Result<std::unique_ptr<Document>> parse(std::string text, std::string name);
+  Value root() const { return Value(this, 0); }
+  const std::string& name() const { return name_; }
+  std::string location(std::uint32_t offset) const;  // "name:line:col"
+
+ private:
+  friend class Value;
+  friend class Parser;
+  struct Node {
+    Type type;
+    bool flag;          // boolean value; for numbers: integral
+    std::uint32_t pos;  // byte offset in the source
+    std::uint32_t a;    // string: offset or arena index; containers: first kid
+    std::uint32_t b;    // string: length; containers: kid count
+    double num;
+    std::int64_t i64;
+  };
+  std::string src_;
+  std::string name_;
+  std::vector<Node> nodes_;
+  std::vector<std::uint32_t> kids_;  // container children (objects: key, value, key, ...)
+  std::deque<std::string> arena_;    // unescaped strings
+  std::vector<bool> in_arena_;
+};
+
+// Append `s` to `out` as a JSON string literal, escaped as serde_json does
+// (", \, and control characters; everything else verbatim UTF-8).
+void append_string(std::string& out, std::string_view s);
+
+}  // namespace lmp::json

@@ -1,0 +1,69 @@
+// Unicode services for tokenizers: UTF-8 decoding that never fails (an invalid byte
+// decodes as itself, one byte long), character classes for the pre-tokenizer
+// regexes, and normalization (through ICU, which only this module and regex.cpp see).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "lmpipe/core/result.h"
+
+namespace lmp::text {
+
+// Code points >= kInvalidBase stand for one invalid UTF-8 byte (kInvalidBase + byte).
+inline constexpr std::uint32_t kInvalidBase = 0x110000;
+
+struct CodePoint {
+  std::uint32_t cp;
+  std::uint32_t len;  // bytes consumed, 1..4
+};
+
+// Decode the code point at s[i] (i < n). Overlong forms, surrogates and truncated
+// sequences decode as one invalid byte.
+inline CodePoint decode_utf8(const unsigned char* s, std::size_t n, std::size_t i) {
+  unsigned c = s[i];
+  if (c < 0x80) return {c, 1};
+  auto cont = [&](std::size_t k) { return i + k < n && (s[i + k] & 0xC0) == 0x80; };
+  if (c >= 0xC2 && c <= 0xDF && cont(1)) return {((c & 0x1Fu) << 6) | (s[i + 1] & 0x3Fu), 2};
+  if (c >= 0xE0 && c <= 0xEF && cont(1) && cont(2)) {
+    std::uint32_t cp = ((c & 0x0Fu) << 12) | ((s[i + 1] & 0x3Fu) << 6) | (s[i + 2] & 0x3Fu);
+    if (cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF)) return {cp, 3};
+  } else if (c >= 0xF0 && c <= 0xF4 && cont(1) && cont(2) && cont(3)) {
+    std::uint32_t cp = ((c & 0x07u) << 18) | ((s[i + 1] & 0x3Fu) << 12) |
+                       ((s[i + 2] & 0x3Fu) << 6) | (s[i + 3] & 0x3Fu);
+    if (cp >= 0x10000 && cp <= 0x10FFFF) return {cp, 4};
+  }
+  return {kInvalidBase + c, 1};
+}
+
+bool is_valid_utf8(std::string_view s);
+void append_utf8(std::string& out, std::uint32_t cp);
+std::size_t count_chars(std::string_view s);  // code points; an invalid byte counts as one
+
+// Character class bits, from the Unicode general category and White_Space.
+enum : std::uint16_t {
+  kLetter = 1 << 0,    // \p{L}
+  kNumber = 1 << 1,    // \p{N}
+  kSpace = 1 << 2,     // \s: White_Space
+  kMark = 1 << 3,      // \p{M}
+  kUpper = 1 << 4,     // Lu or Lt
+  kLower = 1 << 5,     // Ll
+  kOtherLetter = 1 << 6,  // Lm or Lo
+  kDigit = 1 << 7,     // Nd
+  kConnector = 1 << 8, // Pc
+  kCR_LF = 1 << 9,     // '\r' or '\n'
+  kHan = 1 << 10,      // Script=Han (CJK ideographs)
+  kPunct = 1 << 11,    // \p{P}
+};
+
+// Class bits of a code point (0 for invalid bytes). O(1) for the BMP.
+std::uint16_t char_class(std::uint32_t cp);
+
+enum class NormalForm { nfc, nfkc, nfd, nfkd };
+
+// Normalize the valid UTF-8 runs of `s`; invalid bytes are kept as they are.
+std::string normalize(std::string_view s, NormalForm form);
+
+}  // namespace lmp::text

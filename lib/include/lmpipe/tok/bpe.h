@@ -1,0 +1,84 @@
+// Byte-level BPE: the model behind GPT-2, Llama-3, Qwen and tiktoken.
+//
+// Tokens are raw byte strings (the GPT-2 byte↔unicode text form exists only in
+// files). A merge table maps an adjacent pair of ids to (rank, merged id); encoding
+// repeatedly merges the lowest-ranked adjacent pair, leftmost first — the order of
+// HF tokenizers' heap and of tiktoken's scan. The model is immutable after
+// construction and thread-safe; per-call buffers live in a BpeScratch.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "lmpipe/core/flat_map.h"
+#include "lmpipe/core/result.h"
+#include "lmpipe/tok/types.h"
+
+namespace lmp::tok {
+
+struct MergeInfo {
+  std::uint32_t rank = 0;
+  TokenId id = -1;  // the merged token
+};
+
+// Per-thread working memory for BpeModel::encode.
+struct BpeScratch {
+  std::vector<TokenId> sym;          // (n_symbols) current symbols of the piece
+  std::vector<std::uint32_t> rank;   // (n_symbols - 1) rank of each adjacent pair
+  std::vector<std::int32_t> prev, next;
+  std::uint64_t dropped_bytes = 0;   // bytes with no token in the vocabulary
+};
+
+class BpeModel {
+ public:
+  BpeModel() = default;
+
+  // `tokens[id]` = raw bytes of token id (ids must be dense: 0..n-1; holes are "").
+  // `merges` = (left id, right id) in rank order; the merged bytes must be a token.
+  // With `rank_by_token` (tiktoken), pairs are derived instead: every split a+b of a
+  // token t with a and b tokens is a merge of rank id(t).
+  static Result<BpeModel> build(std::vector<std::string> tokens,
+                                const std::vector<std::pair<TokenId, TokenId>>& merges,
+                                bool ignore_merges);
+  static Result<BpeModel> build_from_ranks(std::vector<std::string> tokens);
+
+  // Append the ids of one pre-token piece to `out`.
+  void encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
+
+  std::size_t vocab_size() const { return tokens_.size(); }
+  const std::string& token(TokenId id) const { return tokens_[static_cast<std::size_t>(id)]; }
+  TokenId find(std::string_view bytes) const {
+    auto it = ids_.find(bytes);
+    return it == ids_.end() ? -1 : it->second;
+  }
+  const MergeInfo* merge(TokenId a, TokenId b) const { return merges_.find(pair_key(a, b)); }
+  // Merges in rank order, as (left, right) ids.
+  const std::vector<std::pair<TokenId, TokenId>>& merge_list() const { return merge_list_; }
+  bool ignore_merges() const { return ignore_merges_; }
+  bool ranks_from_tokens() const { return from_ranks_; }
+  TokenId byte_token(unsigned char b) const { return byte_ids_[b]; }
+
+ private:
+  void merge_linear(BpeScratch& s) const;
+  void merge_heap(BpeScratch& s) const;
+  std::uint32_t rank_of(TokenId a, TokenId b) const {
+    const MergeInfo* m = merges_.find(pair_key(a, b));
+    return m ? m->rank : kNoRank;
+  }
+  static constexpr std::uint32_t kNoRank = 0xFFFFFFFFu;
+
+  std::vector<std::string> tokens_;                       // (n_vocab) raw bytes
+  std::unordered_map<std::string_view, TokenId> ids_;     // bytes → id (views into tokens_)
+  FlatMap64<MergeInfo> merges_;                           // pair_key(a, b) → merge
+  std::vector<std::pair<TokenId, TokenId>> merge_list_;   // (n_merges) in rank order
+  std::array<TokenId, 256> byte_ids_{};                   // single-byte tokens, -1 if absent
+  bool ignore_merges_ = false;
+  bool from_ranks_ = false;
+};
+
+}  // namespace lmp::tok

@@ -1,0 +1,58 @@
+// Pre-tokenizers: split text into pieces that BPE never merges across.
+//
+// The regex splits of GPT-2, cl100k/Llama-3 and o200k are hand-written scanners that
+// reproduce the regex semantics (alternation order, backtracking of `\s+(?!\S)`,
+// `\s*[\r\n]+`) exactly; any other pattern runs through ICU's regex engine, with
+// `\s` meaning White_Space as in Oniguruma and Rust's regex crates. Tests compare
+// every scanner with the ICU engine on the same pattern.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lmpipe/core/result.h"
+
+namespace lmp::tok {
+
+struct Range {
+  std::uint32_t begin, end;  // byte offsets into the text, end exclusive
+};
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  // Append the pieces of `text` to `out`, in order. Pieces may leave gaps only
+  // where the split behaviour removes text.
+  virtual void split(std::string_view text, std::vector<Range>& out) const = 0;
+  // The canonical name (gpt2, cl100k, llama3, o200k, whitespace, none) or "regex".
+  virtual std::string_view name() const = 0;
+  // The regex it implements ("" for none).
+  virtual std::string_view pattern() const = 0;
+};
+
+// The regex patterns, as HF tokenizers and tiktoken spell them.
+inline constexpr std::string_view kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view kCl100kPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view kO200kPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view kWhitespacePattern = R"(\w+|[^\w\s]+)";
+
+// By name: gpt2, cl100k, llama3 (the same split as cl100k), o200k, whitespace, none.
+Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name);
+
+enum class SplitBehavior { isolated, removed, merged_with_previous, merged_with_next };
+
+// From a regex: a known pattern gets its fast scanner, any other runs through ICU.
+Result<std::unique_ptr<PreTokenizer>> make_regex_pre_tokenizer(
+    std::string_view pattern, SplitBehavior behavior = SplitBehavior::isolated);
+
+// Always the ICU engine (the reference the fast scanners are tested against).
+Result<std::unique_ptr<PreTokenizer>> make_icu_regex_pre_tokenizer(
+    std::string_view pattern, SplitBehavior behavior = SplitBehavior::isolated);
+
+}  // namespace lmp::tok

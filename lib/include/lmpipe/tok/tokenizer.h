@@ -1,0 +1,131 @@
+// Tokenizer: normalizer → added-token split → pre-tokenizer → BPE model, and back.
+//
+// Immutable after loading and shared by threads; each thread encodes through its own
+// Session (scratch buffers and a cache of recently seen pieces).
+#pragma once
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lmpipe/core/result.h"
+#include "lmpipe/tok/bpe.h"
+#include "lmpipe/tok/pre_tokenizer.h"
+#include "lmpipe/tok/types.h"
+
+namespace lmp::tok {
+
+struct AddedToken {
+  std::string content;  // matched verbatim in the input
+  TokenId id = -1;
+  bool special = false;
+  bool single_word = false;  // only when not inside a word
+  bool lstrip = false;       // absorbs whitespace on its left
+  bool rstrip = false;       // absorbs whitespace on its right
+  bool normalized = false;
+};
+
+enum class Normalization { none, nfc, nfkc };
+
+// How the tokenizer was specified, for reports and for writing it back.
+struct TokenizerInfo {
+  std::string source;       // file it came from
+  std::string format;       // tokenizer.json, gpt2 (vocab.json + merges.txt), tiktoken
+  std::string pre_tokenizer;  // name or "regex"
+};
+
+// Per-piece record for statistics: a pre-token and the number of tokens it became.
+struct PieceCount {
+  std::string_view text;  // valid until the next encode() with the same Session
+  std::uint32_t n_tokens;
+};
+
+class Tokenizer;
+
+class Session {
+ public:
+  explicit Session(const Tokenizer& t);
+  std::uint64_t dropped_bytes() const { return scratch_.dropped_bytes; }
+  // When set, encode() appends one record per pre-token of the line.
+  std::vector<PieceCount>* pieces = nullptr;
+
+ private:
+  friend class Tokenizer;
+  struct CacheEntry {
+    std::string key;
+    std::vector<TokenId> ids;
+  };
+  BpeScratch scratch_;
+  std::vector<Range> ranges_;
+  std::string norm_;
+  std::vector<CacheEntry> cache_;  // direct-mapped by hash
+};
+
+class Tokenizer {
+ public:
+  Tokenizer() = default;
+  Tokenizer(BpeModel model, std::unique_ptr<PreTokenizer> pre, Normalization norm,
+            bool prefix_space, std::vector<AddedToken> added, TokenizerInfo info);
+
+  // Encode `text` (any bytes; invalid UTF-8 is encoded byte by byte) and append the
+  // ids to `out`. With `parse_special` false, added-token text is ordinary text.
+  void encode(std::string_view text, std::vector<TokenId>& out, Session& s,
+              bool parse_special = true) const;
+  // Inverse of encode: the bytes of the ids. An id outside the vocabulary is an error.
+  Status decode(const TokenId* ids, std::size_t n, std::string& out, bool skip_special = false) const;
+
+  std::size_t vocab_size() const;  // largest id + 1 over model and added tokens
+  // The token's bytes (or added-token text); nullopt for an id that does not exist.
+  std::optional<std::string_view> piece(TokenId id) const;
+  const BpeModel& model() const { return model_; }
+  const PreTokenizer* pre_tokenizer() const { return pre_.get(); }
+  const std::vector<AddedToken>& added_tokens() const { return added_; }
+  const TokenizerInfo& info() const { return info_; }
+  Normalization normalization() const { return norm_; }
+  bool prefix_space() const { return prefix_space_; }
+
+ private:
+  void encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s) const;
+  void encode_piece(std::string_view piece, std::vector<TokenId>& out, Session& s) const;
+  const AddedToken* match_added(std::string_view text, std::size_t pos) const;
+
+  BpeModel model_;
+  std::unique_ptr<PreTokenizer> pre_;
+  Normalization norm_ = Normalization::none;
+  bool prefix_space_ = false;
+  std::vector<AddedToken> added_;        // sorted by content length, longest first
+  std::vector<const AddedToken*> by_id_;  // id → added token (or null)
+  std::array<bool, 256> added_first_{};   // first bytes of added tokens
+  TokenizerInfo info_;
+};
+
+// ---- Files ------------------------------------------------------------------------
+
+struct LoadOptions {
+  // tiktoken files: the pre-tokenizer and special tokens, when the file name does not
+  // tell (cl100k_base, o200k_base, r50k_base, p50k_base, gpt2).
+  std::string pre_tokenizer;
+  std::vector<std::pair<std::string, TokenId>> special_tokens;
+};
+
+// Load a tokenizer file, detecting the format: HF tokenizer.json, GPT-2 vocab.json
+// (with merges.txt beside it, or "vocab.json:merges.txt"), or a tiktoken rank file.
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
+                                                  const LoadOptions& opts = {});
+
+Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(const std::string& text,
+                                                       const std::string& name);
+Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_json,
+                                                   const std::string& merges_txt);
+Result<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& path, const LoadOptions& opts);
+
+// HF tokenizer.json text for a byte-level BPE tokenizer (compact, in HF's key order).
+std::string to_tokenizer_json(const Tokenizer& t);
+// GPT-2 style vocab.json and merges.txt.
+std::string to_vocab_json(const Tokenizer& t);
+std::string to_merges_txt(const Tokenizer& t);
+
+}  // namespace lmp::tok

@@ -1,0 +1,7 @@
+#pragma once
+
+#include <cstdint>
+
+namespace lmp {
+using TokenId = std::int32_t;
+}  // namespace lmp

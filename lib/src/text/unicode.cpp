@@ -1,0 +1,181 @@
+#include "lmpipe/text/unicode.h"
+
+#include <unicode/uchar.h>
+#include <unicode/unorm2.h>
+#include <unicode/uscript.h>
+#include <unicode/ustring.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace lmp::text {
+
+bool is_valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  for (std::size_t i = 0; i < s.size();) {
+    if (p[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    auto c = decode_utf8(p, s.size(), i);
+    if (c.cp >= kInvalidBase) return false;
+    i += c.len;
+  }
+  return true;
+}
+
+void append_utf8(std::string& out, std::uint32_t cp) {
+  if (cp >= kInvalidBase) {
+    out += static_cast<char>(cp - kInvalidBase);
+  } else if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+std::size_t count_chars(std::string_view s) {
+  std::size_t n = 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  for (std::size_t i = 0; i < s.size(); ++n) i += decode_utf8(p, s.size(), i).len;
+  return n;
+}
+
+namespace {
+
+std::uint16_t compute_class(std::uint32_t cp) {
+  auto c = static_cast<UChar32>(cp);
+  std::uint16_t k = 0;
+  switch (u_charType(c)) {
+    case U_UPPERCASE_LETTER:
+    case U_TITLECASE_LETTER: k |= kLetter | kUpper; break;
+    case U_LOWERCASE_LETTER: k |= kLetter | kLower; break;
+    case U_MODIFIER_LETTER:
+    case U_OTHER_LETTER: k |= kLetter | kOtherLetter; break;
+    case U_NON_SPACING_MARK:
+    case U_ENCLOSING_MARK:
+    case U_COMBINING_SPACING_MARK: k |= kMark; break;
+    case U_DECIMAL_DIGIT_NUMBER: k |= kNumber | kDigit; break;
+    case U_LETTER_NUMBER:
+    case U_OTHER_NUMBER: k |= kNumber; break;
+    case U_CONNECTOR_PUNCTUATION: k |= kConnector | kPunct; break;
+    case U_DASH_PUNCTUATION:
+    case U_START_PUNCTUATION:
+    case U_END_PUNCTUATION:
+    case U_INITIAL_PUNCTUATION:
+    case U_FINAL_PUNCTUATION:
+    case U_OTHER_PUNCTUATION: k |= kPunct; break;
+    default: break;
+  }
+  if (u_hasBinaryProperty(c, UCHAR_WHITE_SPACE)) k |= kSpace;
+  if (cp == '\r' || cp == '\n') k |= kCR_LF;
+  UErrorCode st = U_ZERO_ERROR;
+  if (uscript_getScript(c, &st) == USCRIPT_HAN && U_SUCCESS(st)) k |= kHan;
+  return k;
+}
+
+const std::vector<std::uint16_t>& bmp_table() {
+  static std::vector<std::uint16_t> table;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    table.resize(0x10000);
+    for (std::uint32_t cp = 0; cp < 0x10000; ++cp) table[cp] = compute_class(cp);
+  });
+  return table;
+}
+
+}  // namespace
+
+std::uint16_t char_class(std::uint32_t cp) {
+  static const std::vector<std::uint16_t>& t = bmp_table();
+  if (cp < 0x10000) return t[cp];
+  if (cp >= kInvalidBase) return 0;
+  return compute_class(cp);
+}
+
+namespace {
+
+const UNormalizer2* instance(NormalForm f) {
+  UErrorCode st = U_ZERO_ERROR;
+  const UNormalizer2* n = nullptr;
+  switch (f) {
+    case NormalForm::nfc: n = unorm2_getNFCInstance(&st); break;
+    case NormalForm::nfkc: n = unorm2_getNFKCInstance(&st); break;
+    case NormalForm::nfd: n = unorm2_getNFDInstance(&st); break;
+    case NormalForm::nfkd: n = unorm2_getNFKDInstance(&st); break;
+  }
+  LMP_ASSERT(U_SUCCESS(st) && n != nullptr);
+  return n;
+}
+
+void normalize_valid(std::string& out, std::string_view s, const UNormalizer2* n) {
+  if (s.empty()) return;
+  UErrorCode st = U_ZERO_ERROR;
+  std::vector<UChar> u16(s.size() + 1);
+  int32_t len = 0;
+  u_strFromUTF8(u16.data(), static_cast<int32_t>(u16.size()), &len, s.data(),
+                static_cast<int32_t>(s.size()), &st);
+  LMP_ASSERT(U_SUCCESS(st));
+  int32_t span = unorm2_spanQuickCheckYes(n, u16.data(), len, &st);
+  if (U_SUCCESS(st) && span == len) {
+    out.append(s);
+    return;
+  }
+  st = U_ZERO_ERROR;
+  std::vector<UChar> norm(static_cast<std::size_t>(len) * 4 + 16);
+  int32_t nlen = unorm2_normalize(n, u16.data(), len, norm.data(),
+                                  static_cast<int32_t>(norm.size()), &st);
+  if (st == U_BUFFER_OVERFLOW_ERROR) {
+    norm.resize(static_cast<std::size_t>(nlen));
+    st = U_ZERO_ERROR;
+    nlen = unorm2_normalize(n, u16.data(), len, norm.data(), nlen, &st);
+  }
+  LMP_ASSERT(U_SUCCESS(st));
+  std::string u8(static_cast<std::size_t>(nlen) * 3 + 4, '\0');
+  int32_t u8len = 0;
+  st = U_ZERO_ERROR;
+  u_strToUTF8(u8.data(), static_cast<int32_t>(u8.size()), &u8len, norm.data(), nlen, &st);
+  LMP_ASSERT(U_SUCCESS(st));
+  out.append(u8.data(), static_cast<std::size_t>(u8len));
+}
+
+}  // namespace
+
+std::string normalize(std::string_view s, NormalForm form) {
+  bool ascii = true;
+  for (char c : s)
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      ascii = false;
+      break;
+    }
+  if (ascii) return std::string(s);
+  const UNormalizer2* n = instance(form);
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  std::size_t run = 0, i = 0;
+  while (i < s.size()) {
+    auto c = decode_utf8(p, s.size(), i);
+    if (c.cp >= kInvalidBase) {
+      normalize_valid(out, s.substr(run, i - run), n);
+      out += s[i];
+      run = i + 1;
+    }
+    i += c.len;
+  }
+  normalize_valid(out, s.substr(run), n);
+  return out;
+}
+
+}  // namespace lmp::text

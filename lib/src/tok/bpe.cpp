@@ -1,0 +1,180 @@
+#include "lmpipe/tok/bpe.h"
+
+#include <algorithm>
+#include <queue>
+
+namespace lmp::tok {
+
+namespace {
+Status index_tokens(const std::vector<std::string>& tokens,
+                    std::unordered_map<std::string_view, TokenId>& ids,
+                    std::array<TokenId, 256>& byte_ids) {
+  ids.reserve(tokens.size() * 2);
+  byte_ids.fill(-1);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::string& t = tokens[i];
+    if (t.empty()) continue;
+    // On duplicate byte strings the first id wins, as in HF's reverse lookup.
+    ids.emplace(std::string_view(t), static_cast<TokenId>(i));
+    if (t.size() == 1 && byte_ids[static_cast<unsigned char>(t[0])] < 0)
+      byte_ids[static_cast<unsigned char>(t[0])] = static_cast<TokenId>(i);
+  }
+  return {};
+}
+}  // namespace
+
+Result<BpeModel> BpeModel::build(std::vector<std::string> tokens,
+                                 const std::vector<std::pair<TokenId, TokenId>>& merges,
+                                 bool ignore_merges) {
+  BpeModel m;
+  m.tokens_ = std::move(tokens);
+  LMP_TRY(index_tokens(m.tokens_, m.ids_, m.byte_ids_));
+  m.ignore_merges_ = ignore_merges;
+  m.merges_.reserve(merges.size());
+  m.merge_list_ = merges;
+  auto n = static_cast<TokenId>(m.tokens_.size());
+  std::string joined;
+  for (std::size_t r = 0; r < merges.size(); ++r) {
+    auto [a, b] = merges[r];
+    if (a < 0 || b < 0 || a >= n || b >= n)
+      return make_error(Errc::parse, "merge {}: token id out of range", r + 1);
+    joined = m.tokens_[static_cast<std::size_t>(a)];
+    joined += m.tokens_[static_cast<std::size_t>(b)];
+    TokenId id = m.find(joined);
+    if (id < 0) return make_error(Errc::parse, "merge {}: merged token is not in the vocabulary", r + 1);
+    m.merges_.set(pair_key(a, b), MergeInfo{static_cast<std::uint32_t>(r), id});
+  }
+  return m;
+}
+
+Result<BpeModel> BpeModel::build_from_ranks(std::vector<std::string> tokens) {
+  BpeModel m;
+  m.tokens_ = std::move(tokens);
+  LMP_TRY(index_tokens(m.tokens_, m.ids_, m.byte_ids_));
+  m.ignore_merges_ = true;  // tiktoken emits a piece that is itself a token directly
+  m.from_ranks_ = true;
+  m.merges_.reserve(m.tokens_.size() * 4);
+  // The rank of a merge is the rank (= id) of the concatenation. Derive the merge list
+  // in rank order too, taking for each token the split HF's converters record: the
+  // one whose parts encode to single tokens with the lowest maximum rank.
+  for (std::size_t i = 0; i < m.tokens_.size(); ++i) {
+    std::string_view t = m.tokens_[i];
+    if (t.size() < 2) continue;
+    auto id = static_cast<TokenId>(i);
+    std::pair<TokenId, TokenId> best{-1, -1};
+    TokenId best_rank = -1;
+    for (std::size_t k = 1; k < t.size(); ++k) {
+      TokenId a = m.find(t.substr(0, k));
+      if (a < 0 || a >= id) continue;
+      TokenId b = m.find(t.substr(k));
+      if (b < 0 || b >= id) continue;
+      m.merges_.set(pair_key(a, b), MergeInfo{static_cast<std::uint32_t>(id), id});
+      TokenId r = std::max(a, b);
+      if (best_rank < 0 || r < best_rank) {
+        best_rank = r;
+        best = {a, b};
+      }
+    }
+    if (best.first >= 0) m.merge_list_.push_back(best);
+  }
+  return m;
+}
+
+void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
+  if (piece.empty()) return;
+  if (piece.size() == 1) {
+    TokenId id = byte_ids_[static_cast<unsigned char>(piece[0])];
+    if (id >= 0) out.push_back(id);
+    else ++s.dropped_bytes;
+    return;
+  }
+  if (ignore_merges_) {
+    TokenId id = find(piece);
+    if (id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
+  s.sym.clear();
+  for (char c : piece) {
+    TokenId id = byte_ids_[static_cast<unsigned char>(c)];
+    if (id >= 0) s.sym.push_back(id);
+    else ++s.dropped_bytes;
+  }
+  if (s.sym.size() >= 2) {
+    if (s.sym.size() <= 64) merge_linear(s);
+    else merge_heap(s);
+  }
+  out.insert(out.end(), s.sym.begin(), s.sym.end());
+}
+
+// O(n·m) scan for short pieces: with few symbols a linear search for the lowest rank
+// beats a heap on cache locality (tiktoken makes the same choice).
+void BpeModel::merge_linear(BpeScratch& s) const {
+  auto& sym = s.sym;
+  auto& rank = s.rank;
+  rank.resize(sym.size() - 1);
+  for (std::size_t i = 0; i + 1 < sym.size(); ++i) rank[i] = rank_of(sym[i], sym[i + 1]);
+  while (!rank.empty()) {
+    std::size_t best = 0;
+    std::uint32_t br = rank[0];
+    for (std::size_t i = 1; i < rank.size(); ++i)
+      if (rank[i] < br) {
+        br = rank[i];
+        best = i;
+      }
+    if (br == kNoRank) break;
+    const MergeInfo* m = merges_.find(pair_key(sym[best], sym[best + 1]));
+    LMP_ASSERT(m != nullptr);
+    sym[best] = m->id;
+    sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    rank.erase(rank.begin() + static_cast<std::ptrdiff_t>(best));
+    if (best < rank.size()) rank[best] = rank_of(sym[best], sym[best + 1]);
+    if (best > 0) rank[best - 1] = rank_of(sym[best - 1], sym[best]);
+  }
+}
+
+// Heap with lazy invalidation for long pieces (HF's merge_all order: rank, then position).
+void BpeModel::merge_heap(BpeScratch& s) const {
+  auto& sym = s.sym;
+  const auto n = static_cast<std::int32_t>(sym.size());
+  s.prev.resize(sym.size());
+  s.next.resize(sym.size());
+  for (std::int32_t i = 0; i < n; ++i) {
+    s.prev[static_cast<std::size_t>(i)] = i - 1;
+    s.next[static_cast<std::size_t>(i)] = i + 1 < n ? i + 1 : -1;
+  }
+  using Entry = std::pair<std::uint64_t, std::int32_t>;  // (rank << 32 | pos, pos)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> q;
+  auto push = [&](std::int32_t pos) {
+    std::int32_t nx = s.next[static_cast<std::size_t>(pos)];
+    if (nx < 0) return;
+    std::uint32_t r = rank_of(sym[static_cast<std::size_t>(pos)], sym[static_cast<std::size_t>(nx)]);
+    if (r != kNoRank) q.push({(static_cast<std::uint64_t>(r) << 32) | static_cast<std::uint32_t>(pos), pos});
+  };
+  for (std::int32_t i = 0; i + 1 < n; ++i) push(i);
+  std::vector<bool> dead(sym.size(), false);
+  while (!q.empty()) {
+    auto [key, pos] = q.top();
+    q.pop();
+    auto p = static_cast<std::size_t>(pos);
+    if (dead[p]) continue;
+    std::int32_t nx = s.next[p];
+    if (nx < 0) continue;
+    const MergeInfo* m = merges_.find(pair_key(sym[p], sym[static_cast<std::size_t>(nx)]));
+    if (!m || m->rank != static_cast<std::uint32_t>(key >> 32)) continue;  // stale
+    sym[p] = m->id;
+    dead[static_cast<std::size_t>(nx)] = true;
+    std::int32_t nn = s.next[static_cast<std::size_t>(nx)];
+    s.next[p] = nn;
+    if (nn >= 0) s.prev[static_cast<std::size_t>(nn)] = pos;
+    if (s.prev[p] >= 0) push(s.prev[p]);
+    push(pos);
+  }
+  std::size_t w = 0;
+  for (std::size_t i = 0; i < sym.size(); ++i)
+    if (!dead[i]) sym[w++] = sym[i];
+  sym.resize(w);
+}
+
+}  // namespace lmp::tok

@@ -1,0 +1,384 @@
+#include "lmpipe/tok/bpe_trainer.h"
+
+#include <algorithm>
+#include <limits>
+#include <thread>
+
+#include "lmpipe/core/flat_map.h"
+#include "lmpipe/tok/byte_level.h"
+
+namespace lmp::tok {
+
+// ---- Word counting ----------------------------------------------------------------
+
+WordCounter::WordCounter(const PreTokenizer& pre, int threads)
+    : pre_(pre), threads_(std::max(1, threads)), maps_(static_cast<std::size_t>(std::max(1, threads))) {}
+
+void WordCounter::count_slice(std::string_view slice, WordCountMap& m, std::vector<Range>& ranges) {
+  std::size_t pos = 0;
+  while (pos < slice.size()) {
+    std::size_t nl = slice.find('\n', pos);
+    std::size_t end = nl == std::string_view::npos ? slice.size() : nl + 1;
+    std::string_view line = slice.substr(pos, end - pos);
+    pos = end;
+    ranges.clear();
+    pre_.split(line, ranges);
+    for (const Range& r : ranges) {
+      std::string_view w = line.substr(r.begin, r.end - r.begin);
+      auto it = m.find(w);
+      if (it != m.end()) ++it->second;
+      else m.emplace(std::string(w), 1);
+    }
+  }
+}
+
+void WordCounter::add(std::string_view chunk) {
+  for (char c : chunk) lines_ += c == '\n';
+  if (threads_ == 1 || chunk.size() < (1u << 16)) {
+    std::vector<Range> ranges;
+    count_slice(chunk, maps_[0], ranges);
+    return;
+  }
+  // Cut the chunk into one slice per thread at line boundaries.
+  std::vector<std::string_view> slices;
+  std::size_t start = 0;
+  for (int t = 0; t < threads_; ++t) {
+    std::size_t target = chunk.size() * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads_);
+    std::size_t end = target >= chunk.size() ? chunk.size() : chunk.find('\n', target);
+    end = end == std::string_view::npos ? chunk.size() : std::min(chunk.size(), end + 1);
+    if (end < start) end = start;
+    slices.push_back(chunk.substr(start, end - start));
+    start = end;
+  }
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < slices.size(); ++t)
+    pool.emplace_back([this, &slices, t] {
+      std::vector<Range> ranges;
+      count_slice(slices[t], maps_[t], ranges);
+    });
+  std::vector<Range> ranges;
+  count_slice(slices[0], maps_[0], ranges);
+  for (auto& th : pool) th.join();
+}
+
+WordCountMap WordCounter::take() {
+  WordCountMap out = std::move(maps_[0]);
+  for (std::size_t t = 1; t < maps_.size(); ++t) {
+    for (auto& [w, c] : maps_[t]) out[w] += c;
+    maps_[t] = WordCountMap();
+  }
+  maps_[0] = WordCountMap();
+  return out;
+}
+
+std::string format_counts(const WordCountMap& counts, std::string_view pre_tokenizer) {
+  std::vector<const std::pair<const std::string, std::uint64_t>*> items;
+  items.reserve(counts.size());
+  for (const auto& kv : counts) items.push_back(&kv);
+  std::sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+  std::string out = fmt::format("#lmpipe-counts v1 pre_tokenizer={}\n", pre_tokenizer);
+  for (auto* kv : items) {
+    out += std::to_string(kv->second);
+    out += '\t';
+    out += bytes_to_byte_level(kv->first);
+    out += '\n';
+  }
+  return out;
+}
+
+Status read_counts(std::string_view text, const std::string& name, WordCountMap& counts,
+                   std::string& pre_tokenizer) {
+  constexpr std::string_view kMagic = "#lmpipe-counts v1 pre_tokenizer=";
+  std::size_t nl = text.find('\n');
+  std::string_view head = text.substr(0, nl);
+  if (head.substr(0, kMagic.size()) != kMagic)
+    return make_error(Errc::parse, "{}:1: not a count file (expected '{}...')", name, kMagic);
+  std::string pre(head.substr(kMagic.size()));
+  if (pre_tokenizer.empty()) pre_tokenizer = pre;
+  else if (pre != pre_tokenizer)
+    return make_error(Errc::invalid_argument, "{}:1: counted with pre-tokenizer '{}', not '{}'", name, pre,
+                      pre_tokenizer);
+  std::size_t pos = nl == std::string_view::npos ? text.size() : nl + 1;
+  std::size_t line_no = 1;
+  while (pos < text.size()) {
+    std::size_t e = text.find('\n', pos);
+    if (e == std::string_view::npos) e = text.size();
+    std::string_view line = text.substr(pos, e - pos);
+    pos = e + 1;
+    ++line_no;
+    if (line.empty()) continue;
+    auto tab = line.find('\t');
+    if (tab == std::string_view::npos || tab == 0)
+      return make_error(Errc::parse, "{}:{}: expected COUNT<TAB>WORD", name, line_no);
+    std::uint64_t c = 0;
+    for (char ch : line.substr(0, tab)) {
+      if (ch < '0' || ch > '9') return make_error(Errc::parse, "{}:{}: invalid count", name, line_no);
+      if (c > (std::numeric_limits<std::uint64_t>::max() - 9) / 10)
+        return make_error(Errc::parse, "{}:{}: count overflows 64 bits", name, line_no);
+      c = c * 10 + static_cast<std::uint64_t>(ch - '0');
+    }
+    auto word = byte_level_to_bytes(line.substr(tab + 1));
+    if (!word || word->empty())
+      return make_error(Errc::parse, "{}:{}: word is not byte-level text", name, line_no);
+    counts[*word] += c;
+  }
+  return {};
+}
+
+// ---- Training ---------------------------------------------------------------------
+
+namespace {
+
+struct Change {
+  std::uint64_t pair;
+  std::int32_t delta;
+};
+
+struct HeapEntry {
+  std::uint64_t count;
+  std::uint64_t pair;  // pair_key(a, b): comparing keys compares (a, b)
+  std::vector<std::uint32_t> pos;  // words that had the pair when pushed (sorted)
+};
+
+// Max-heap order: higher count first, then the smaller pair.
+bool heap_less(const HeapEntry& x, const HeapEntry& y) {
+  if (x.count != y.count) return x.count < y.count;
+  return x.pair > y.pair;
+}
+
+// Replace each (a, b) in `w` by `repl`, recording pair count changes as HF's Word::merge.
+void merge_word(std::vector<TokenId>& w, TokenId a, TokenId b, TokenId repl, std::size_t max_len,
+                const std::vector<std::uint32_t>& len, std::vector<Change>& ch) {
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (w[i] != a || i + 1 >= w.size() || w[i + 1] != b) continue;
+    std::size_t new_len = len[static_cast<std::size_t>(repl)];
+    if (i > 0) {
+      ch.push_back({pair_key(w[i - 1], a), -1});
+      if (len[static_cast<std::size_t>(w[i - 1])] + new_len < max_len) ch.push_back({pair_key(w[i - 1], repl), 1});
+    }
+    w[i] = repl;
+    w.erase(w.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    if (i + 1 < w.size()) {
+      ch.push_back({pair_key(b, w[i + 1]), -1});
+      if (len[static_cast<std::size_t>(w[i + 1])] + new_len < max_len) ch.push_back({pair_key(repl, w[i + 1]), 1});
+    }
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const BpeTrainerConfig& cfg,
+                                             std::unique_ptr<PreTokenizer> pre, TrainReport& report,
+                                             const TrainProgress& progress) {
+  report = TrainReport{};
+  std::vector<std::string> id_to_word;  // raw bytes (specials: their text)
+  std::unordered_map<std::string, TokenId> word_to_id;
+  std::vector<AddedToken> added;
+
+  // 1. Special tokens.
+  for (const auto& s : cfg.special_tokens) {
+    if (s.empty()) return make_error(Errc::invalid_argument, "a special token cannot be empty");
+    if (word_to_id.count(s)) continue;
+    auto id = static_cast<TokenId>(id_to_word.size());
+    id_to_word.push_back(s);
+    word_to_id.emplace(s, id);
+    added.push_back(AddedToken{s, id, true, false, false, false, false});
+  }
+  std::size_t n_special = id_to_word.size();
+
+  // 2. The alphabet.
+  std::array<std::uint64_t, 256> freq{};
+  std::array<bool, 256> seen{};
+  for (const auto& [w, c] : counts)
+    for (char ch : w) {
+      auto b = static_cast<unsigned char>(ch);
+      seen[b] = true;
+      freq[b] = freq[b] + c < freq[b] ? std::numeric_limits<std::uint64_t>::max() : freq[b] + c;
+    }
+  if (cfg.initial_alphabet_bytes)
+    for (int b = 0; b < 256; ++b) {
+      seen[static_cast<std::size_t>(b)] = true;
+      freq[static_cast<std::size_t>(b)] = std::numeric_limits<std::uint64_t>::max();
+    }
+  std::vector<int> alpha;
+  for (int b = 0; b < 256; ++b)
+    if (seen[static_cast<std::size_t>(b)]) alpha.push_back(b);
+  if (cfg.limit_alphabet && alpha.size() > *cfg.limit_alphabet) {
+    std::size_t to_remove = alpha.size() - *cfg.limit_alphabet;
+    // Least frequent first; ties (arbitrary in HF) by byte-level code point.
+    std::sort(alpha.begin(), alpha.end(), [&](int x, int y) {
+      auto fx = freq[static_cast<std::size_t>(x)], fy = freq[static_cast<std::size_t>(y)];
+      if (fx != fy) return fx < fy;
+      return byte_to_unicode(static_cast<unsigned char>(x)) < byte_to_unicode(static_cast<unsigned char>(y));
+    });
+    alpha.erase(alpha.begin(), alpha.begin() + static_cast<std::ptrdiff_t>(to_remove));
+    report.alphabet_dropped = to_remove;
+  }
+  std::sort(alpha.begin(), alpha.end(), [](int x, int y) {
+    return byte_to_unicode(static_cast<unsigned char>(x)) < byte_to_unicode(static_cast<unsigned char>(y));
+  });
+  std::array<TokenId, 256> byte_id{};
+  byte_id.fill(-1);
+  for (int b : alpha) {
+    std::string s(1, static_cast<char>(b));
+    auto it = word_to_id.find(s);
+    if (it != word_to_id.end()) {
+      byte_id[static_cast<std::size_t>(b)] = it->second;
+      continue;
+    }
+    auto id = static_cast<TokenId>(id_to_word.size());
+    id_to_word.push_back(s);
+    word_to_id.emplace(s, id);
+    byte_id[static_cast<std::size_t>(b)] = id;
+  }
+  report.alphabet = alpha.size();
+
+  // 3. Words as symbol ids, in byte order of the words (deterministic).
+  std::vector<const std::pair<const std::string, std::uint64_t>*> items;
+  items.reserve(counts.size());
+  for (const auto& kv : counts) items.push_back(&kv);
+  std::sort(items.begin(), items.end(), [](auto* x, auto* y) { return x->first < y->first; });
+  std::vector<std::vector<TokenId>> words(items.size());
+  std::vector<std::int64_t> wcount(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    wcount[i] = static_cast<std::int64_t>(std::min<std::uint64_t>(items[i]->second, std::numeric_limits<std::int64_t>::max() / 4));
+    auto& w = words[i];
+    w.reserve(items[i]->first.size());
+    for (char ch : items[i]->first) {
+      TokenId id = byte_id[static_cast<unsigned char>(ch)];
+      if (id >= 0) w.push_back(id);
+    }
+  }
+  report.words = words.size();
+  items.clear();
+
+  // Token lengths in characters (bytes), for max_token_length.
+  std::vector<std::uint32_t> len;
+  len.reserve(cfg.vocab_size + 256);
+  for (const auto& s : id_to_word) len.push_back(static_cast<std::uint32_t>(s.size()));
+  std::size_t max_len = cfg.max_token_length ? *cfg.max_token_length : std::numeric_limits<std::size_t>::max();
+
+  // 4. Pair counts and where each pair occurs.
+  FlatMap64<std::int64_t> pair_counts;
+  FlatMap64<std::vector<std::uint32_t>> where;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const auto& w = words[i];
+    for (std::size_t k = 0; k + 1 < w.size(); ++k) {
+      std::uint64_t p = pair_key(w[k], w[k + 1]);
+      pair_counts[p] += wcount[i];
+      auto& v = where[p];
+      if (v.empty() || v.back() != i) v.push_back(static_cast<std::uint32_t>(i));
+    }
+  }
+  std::vector<HeapEntry> heap;
+  heap.reserve(where.size());
+  where.for_each([&](std::uint64_t p, std::vector<std::uint32_t>& pos) {
+    std::int64_t c = *pair_counts.find(p);
+    if (c > 0) heap.push_back(HeapEntry{static_cast<std::uint64_t>(c), p, std::move(pos)});
+  });
+  where.clear();
+  std::make_heap(heap.begin(), heap.end(), heap_less);
+
+  // 5. Merges.
+  std::vector<std::pair<TokenId, TokenId>> merges;
+  std::vector<Change> changes;
+  std::vector<std::uint32_t> change_word;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> fresh;  // (pair, word) gained
+  std::size_t budget = cfg.vocab_size > id_to_word.size() ? cfg.vocab_size - id_to_word.size() : 0;
+  report.stop = StopReason::no_pairs;
+  for (;;) {
+    if (id_to_word.size() >= cfg.vocab_size) {
+      report.stop = StopReason::vocab_full;
+      break;
+    }
+    if (heap.empty()) {
+      report.stop = StopReason::no_pairs;
+      break;
+    }
+    std::pop_heap(heap.begin(), heap.end(), heap_less);
+    HeapEntry top = std::move(heap.back());
+    heap.pop_back();
+    std::int64_t current = *pair_counts.find(top.pair);
+    if (top.count != static_cast<std::uint64_t>(current)) {
+      top.count = static_cast<std::uint64_t>(current);
+      heap.push_back(std::move(top));
+      std::push_heap(heap.begin(), heap.end(), heap_less);
+      continue;
+    }
+    if (top.count < 1 || top.count < cfg.min_frequency) {
+      report.stop = top.count < 1 ? StopReason::no_pairs : StopReason::min_frequency;
+      report.stop_count = top.count;
+      break;
+    }
+    auto a = static_cast<TokenId>(top.pair >> 32);
+    auto b = static_cast<TokenId>(top.pair & 0xFFFFFFFFu);
+    // (append, not operator+: g++ 12 warns falsely on the latter, -Wrestrict)
+    std::string joined;
+    joined.reserve(id_to_word[static_cast<std::size_t>(a)].size() + id_to_word[static_cast<std::size_t>(b)].size());
+    joined.append(id_to_word[static_cast<std::size_t>(a)]);
+    joined.append(id_to_word[static_cast<std::size_t>(b)]);
+    TokenId nid;
+    auto it = word_to_id.find(joined);
+    if (it != word_to_id.end()) {
+      nid = it->second;
+    } else {
+      nid = static_cast<TokenId>(id_to_word.size());
+      len.push_back(static_cast<std::uint32_t>(joined.size()));
+      word_to_id.emplace(joined, nid);
+      id_to_word.push_back(std::move(joined));
+    }
+    merges.emplace_back(a, b);
+
+    changes.clear();
+    change_word.clear();
+    for (std::uint32_t wi : top.pos) {
+      merge_word(words[wi], a, b, nid, max_len, len, changes);
+      change_word.resize(changes.size(), wi);
+    }
+    fresh.clear();
+    for (std::size_t k = 0; k < changes.size(); ++k) {
+      const Change& c = changes[k];
+      pair_counts[c.pair] += c.delta * wcount[change_word[k]];
+      if (c.delta > 0) fresh.emplace_back(c.pair, change_word[k]);
+    }
+    // Push every pair that gained occurrences, with the words it gained them in.
+    std::sort(fresh.begin(), fresh.end());
+    for (std::size_t k = 0; k < fresh.size();) {
+      std::uint64_t p = fresh[k].first;
+      HeapEntry e{0, p, {}};
+      for (; k < fresh.size() && fresh[k].first == p; ++k)
+        if (e.pos.empty() || e.pos.back() != fresh[k].second) e.pos.push_back(fresh[k].second);
+      std::int64_t c = *pair_counts.find(p);
+      if (c > 0) {
+        e.count = static_cast<std::uint64_t>(c);
+        heap.push_back(std::move(e));
+        std::push_heap(heap.begin(), heap.end(), heap_less);
+      }
+    }
+    if (progress && (merges.size() & 255) == 0) progress(merges.size(), budget);
+  }
+  if (progress) progress(merges.size(), merges.size());
+
+  // HF keeps merges in a map keyed by pair: a pair merged twice keeps its last rank.
+  {
+    FlatMap64<std::uint32_t> last;
+    for (std::size_t r = 0; r < merges.size(); ++r) last.set(pair_key(merges[r].first, merges[r].second), static_cast<std::uint32_t>(r));
+    std::vector<std::pair<TokenId, TokenId>> kept;
+    kept.reserve(merges.size());
+    for (std::size_t r = 0; r < merges.size(); ++r)
+      if (*last.find(pair_key(merges[r].first, merges[r].second)) == r) kept.push_back(merges[r]);
+    merges.swap(kept);
+  }
+  report.merges = merges.size();
+  report.vocab = id_to_word.size();
+
+  for (std::size_t i = 0; i < n_special; ++i) id_to_word[i].clear();  // specials live in `added`
+  auto model = BpeModel::build(std::move(id_to_word), merges, false);
+  if (!model.ok()) return std::move(model).error();
+  std::string pre_name(pre ? pre->name() : "none");
+  TokenizerInfo info{"", "tokenizer.json", pre_name};
+  return std::make_unique<Tokenizer>(std::move(model).value(), std::move(pre), Normalization::none, false,
+                                     std::move(added), std::move(info));
+}
+
+}  // namespace lmp::tok

@@ -1,0 +1,59 @@
+#include "lmpipe/tok/byte_level.h"
+
+#include <array>
+
+#include "lmpipe/text/unicode.h"
+
+namespace lmp::tok {
+
+namespace {
+struct Tables {
+  std::array<std::uint32_t, 256> to_cp{};
+  std::array<std::int16_t, 512> from_cp{};  // code points < 512 only
+  Tables() {
+    from_cp.fill(-1);
+    std::uint32_t next = 256;
+    for (std::uint32_t b = 0; b < 256; ++b) {
+      bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+      to_cp[b] = printable ? b : next++;
+      from_cp[to_cp[b]] = static_cast<std::int16_t>(b);
+    }
+  }
+};
+const Tables& tables() {
+  static const Tables t;
+  return t;
+}
+}  // namespace
+
+std::uint32_t byte_to_unicode(unsigned char b) { return tables().to_cp[b]; }
+
+std::optional<unsigned char> unicode_to_byte(std::uint32_t cp) {
+  if (cp >= 512) return std::nullopt;
+  auto v = tables().from_cp[cp];
+  if (v < 0) return std::nullopt;
+  return static_cast<unsigned char>(v);
+}
+
+std::string bytes_to_byte_level(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (char c : bytes) text::append_utf8(out, byte_to_unicode(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::optional<std::string> byte_level_to_bytes(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  for (std::size_t i = 0; i < s.size();) {
+    auto c = text::decode_utf8(p, s.size(), i);
+    auto b = unicode_to_byte(c.cp);
+    if (!b) return std::nullopt;
+    out += static_cast<char>(*b);
+    i += c.len;
+  }
+  return out;
+}
+
+}  // namespace lmp::tok

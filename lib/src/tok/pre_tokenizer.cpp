@@ -1,0 +1,373 @@
+#include "lmpipe/tok/pre_tokenizer.h"
+
+#include <unicode/uregex.h>
+#include <unicode/utext.h>
+
+#include <array>
+#include <mutex>
+#include <unordered_map>
+
+#include "lmpipe/text/unicode.h"
+
+namespace lmp::tok {
+
+namespace {
+
+using text::char_class;
+using text::decode_utf8;
+
+// One decoded position: its class bits, code point and byte length.
+struct At {
+  std::uint16_t cls;
+  std::uint32_t cp;
+  std::uint32_t len;
+};
+
+const std::array<std::uint16_t, 128>& ascii_classes() {
+  static const std::array<std::uint16_t, 128> t = [] {
+    std::array<std::uint16_t, 128> a{};
+    for (std::uint32_t c = 0; c < 128; ++c) a[c] = char_class(c);
+    return a;
+  }();
+  return t;
+}
+
+class Text {
+ public:
+  explicit Text(std::string_view s)
+      : s_(reinterpret_cast<const unsigned char*>(s.data())), n_(s.size()), ascii_(ascii_classes()) {}
+  std::size_t size() const { return n_; }
+  At at(std::size_t i) const {
+    unsigned c = s_[i];
+    if (c < 0x80) return {ascii_[c], c, 1};
+    auto d = decode_utf8(s_, n_, i);
+    return {char_class(d.cp), d.cp, d.len};
+  }
+  unsigned char byte(std::size_t i) const { return s_[i]; }
+  // End of the run of characters whose class has any bit of `any` and none of `none`.
+  std::size_t run(std::size_t i, std::uint16_t any, std::uint16_t none = 0) const {
+    while (i < n_) {
+      At a = at(i);
+      if (!(a.cls & any) || (a.cls & none)) break;
+      i += a.len;
+    }
+    return i;
+  }
+  // End of the run of "other" characters: not whitespace, not a letter, not a number.
+  std::size_t run_other(std::size_t i) const {
+    while (i < n_) {
+      At a = at(i);
+      if (a.cls & (text::kSpace | text::kLetter | text::kNumber)) break;
+      i += a.len;
+    }
+    return i;
+  }
+  // The contraction after an apostrophe at i: 's 't 're 've 'm 'll 'd. Returns the end or 0.
+  std::size_t contraction(std::size_t i, bool ignore_case) const {
+    auto lc = [&](std::size_t k) -> unsigned {
+      if (k >= n_) return 0;
+      unsigned c = s_[k];
+      if (ignore_case && c >= 'A' && c <= 'Z') c += 32;
+      return c;
+    };
+    unsigned a = lc(i + 1);
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+    unsigned b = lc(i + 2);
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    return 0;
+  }
+  // Whitespace run from i: its end and the start of its last character.
+  void ws_run(std::size_t i, std::size_t& end, std::size_t& last_start, std::size_t& last_nl_end) const {
+    last_start = i;
+    last_nl_end = 0;
+    while (i < n_) {
+      At a = at(i);
+      if (!(a.cls & text::kSpace)) break;
+      last_start = i;
+      i += a.len;
+      if (a.cls & text::kCR_LF) last_nl_end = i;
+    }
+    end = i;
+  }
+
+ private:
+  const unsigned char* s_;
+  std::size_t n_;
+  const std::array<std::uint16_t, 128>& ascii_;
+};
+
+constexpr std::uint16_t kL = text::kLetter, kN = text::kNumber, kS = text::kSpace;
+
+// `\s+(?!\S)|\s+` at a whitespace character i.
+std::size_t match_trailing_ws(const Text& t, std::size_t i) {
+  std::size_t end, last, nl;
+  t.ws_run(i, end, last, nl);
+  if (end == t.size()) return end;
+  return last > i ? last : end;
+}
+
+// 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+std::size_t match_gpt2(const Text& t, std::size_t i) {
+  At a = t.at(i);
+  if (a.cp == '\'') {
+    if (std::size_t e = t.contraction(i, false)) return e;
+  }
+  if (a.cp == ' ' && i + 1 < t.size()) {
+    At b = t.at(i + 1);
+    if (b.cls & kL) return t.run(i + 1, kL);
+    if (b.cls & kN) return t.run(i + 1, kN);
+    if (!(b.cls & (kS | kL | kN))) return t.run_other(i + 1);
+  }
+  if (a.cls & kL) return t.run(i, kL);
+  if (a.cls & kN) return t.run(i, kN);
+  if (!(a.cls & (kS | kL | kN))) return t.run_other(i);
+  return match_trailing_ws(t, i);
+}
+
+// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+std::size_t match_cl100k(const Text& t, std::size_t i) {
+  At a = t.at(i);
+  if (a.cp == '\'') {
+    if (std::size_t e = t.contraction(i, true)) return e;
+  }
+  if (!(a.cls & (text::kCR_LF | kL | kN)) && i + a.len < t.size()) {
+    At b = t.at(i + a.len);
+    if (b.cls & kL) return t.run(i + a.len, kL);
+  }
+  if (a.cls & kL) return t.run(i, kL);
+  if (a.cls & kN) {
+    std::size_t e = i;
+    for (int k = 0; k < 3 && e < t.size(); ++k) {
+      At d = t.at(e);
+      if (!(d.cls & kN)) break;
+      e += d.len;
+    }
+    return e;
+  }
+  std::size_t j = i;
+  if (a.cp == ' ' && i + 1 < t.size() && !(t.at(i + 1).cls & (kS | kL | kN))) j = i + 1;
+  if (j > i || !(a.cls & (kS | kL | kN))) {
+    std::size_t e = t.run_other(j);
+    while (e < t.size() && (t.byte(e) == '\r' || t.byte(e) == '\n')) ++e;
+    return e;
+  }
+  std::size_t end, last, nl;
+  t.ws_run(i, end, last, nl);
+  if (nl) return nl;
+  if (end == t.size()) return end;
+  return last > i ? last : end;
+}
+
+// \w+|[^\w\s]+ keeping the matches (HF's Whitespace pre-tokenizer); \w = L, M, Nd, Pc.
+constexpr std::uint16_t kWord = text::kLetter | text::kMark | text::kDigit | text::kConnector;
+
+using Matcher = std::size_t (*)(const Text&, std::size_t);
+
+class ScannerPreTokenizer final : public PreTokenizer {
+ public:
+  ScannerPreTokenizer(std::string name, std::string pattern, Matcher m)
+      : name_(std::move(name)), pattern_(std::move(pattern)), m_(m) {}
+  void split(std::string_view s, std::vector<Range>& out) const override {
+    Text t(s);
+    std::size_t i = 0;
+    while (i < t.size()) {
+      std::size_t e = m_(t, i);
+      LMP_ASSERT(e > i);
+      out.push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(e)});
+      i = e;
+    }
+  }
+  std::string_view name() const override { return name_; }
+  std::string_view pattern() const override { return pattern_; }
+
+ private:
+  std::string name_, pattern_;
+  Matcher m_;
+};
+
+class WhitespacePreTokenizer final : public PreTokenizer {
+ public:
+  void split(std::string_view s, std::vector<Range>& out) const override {
+    Text t(s);
+    std::size_t i = 0;
+    while (i < t.size()) {
+      At a = t.at(i);
+      std::size_t e;
+      if (a.cls & kWord) {
+        e = t.run(i, kWord);
+      } else if (a.cls & kS) {
+        i += a.len;
+        continue;
+      } else {
+        e = i;
+        while (e < t.size()) {
+          At b = t.at(e);
+          if (b.cls & (kWord | kS)) break;
+          e += b.len;
+        }
+      }
+      out.push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(e)});
+      i = e;
+    }
+  }
+  std::string_view name() const override { return "whitespace"; }
+  std::string_view pattern() const override { return kWhitespacePattern; }
+};
+
+class NoPreTokenizer final : public PreTokenizer {
+ public:
+  void split(std::string_view s, std::vector<Range>& out) const override {
+    if (!s.empty()) out.push_back({0, static_cast<std::uint32_t>(s.size())});
+  }
+  std::string_view name() const override { return "none"; }
+  std::string_view pattern() const override { return ""; }
+};
+
+// ---- ICU regex engine ------------------------------------------------------------
+
+// Rewrite \s and \S to White_Space, the meaning Oniguruma and Rust's regex give them
+// (ICU's \s omits U+000B and U+0085).
+std::string to_icu_pattern(std::string_view p) {
+  std::string out;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '\\' && i + 1 < p.size()) {
+      char c = p[i + 1];
+      if (c == 's') out += "\\p{White_Space}";
+      else if (c == 'S') out += "\\P{White_Space}";
+      else {
+        out += p[i];
+        out += c;
+      }
+      ++i;
+    } else {
+      out += p[i];
+    }
+  }
+  return out;
+}
+
+class IcuRegexPreTokenizer final : public PreTokenizer {
+ public:
+  static Result<std::unique_ptr<PreTokenizer>> create(std::string_view pattern, SplitBehavior b) {
+    std::string icu = to_icu_pattern(pattern);
+    UErrorCode st = U_ZERO_ERROR;
+    UParseError pe{};
+    UText* pt = utext_openUTF8(nullptr, icu.data(), static_cast<int64_t>(icu.size()), &st);
+    URegularExpression* re = uregex_openUText(pt, 0, &pe, &st);
+    utext_close(pt);
+    if (U_FAILURE(st))
+      return make_error(Errc::parse, "invalid regex '{}' (at offset {}): {}", pattern, pe.offset,
+                        u_errorName(st));
+    std::unique_ptr<IcuRegexPreTokenizer> p(new IcuRegexPreTokenizer());
+    p->proto_ = re;
+    p->pattern_ = std::string(pattern);
+    p->behavior_ = b;
+    return std::unique_ptr<PreTokenizer>(std::move(p));
+  }
+  ~IcuRegexPreTokenizer() override { uregex_close(proto_); }
+
+  void split(std::string_view s, std::vector<Range>& out) const override {
+    if (s.empty()) return;
+    URegularExpression* re = thread_clone();
+    UErrorCode st = U_ZERO_ERROR;
+    UText* ut = utext_openUTF8(nullptr, s.data(), static_cast<int64_t>(s.size()), &st);
+    uregex_setUText(re, ut, &st);
+    LMP_ASSERT(U_SUCCESS(st));
+    std::vector<Range> matches;
+    while (uregex_findNext(re, &st)) {
+      auto b = static_cast<std::uint32_t>(uregex_start64(re, 0, &st));
+      auto e = static_cast<std::uint32_t>(uregex_end64(re, 0, &st));
+      if (e > b) matches.push_back({b, e});
+    }
+    utext_close(ut);
+    emit(matches, static_cast<std::uint32_t>(s.size()), out);
+  }
+  std::string_view name() const override { return "regex"; }
+  std::string_view pattern() const override { return pattern_; }
+
+ private:
+  IcuRegexPreTokenizer() = default;
+
+  URegularExpression* thread_clone() const {
+    thread_local std::unordered_map<const void*, URegularExpression*> clones;
+    auto it = clones.find(this);
+    if (it != clones.end()) return it->second;
+    UErrorCode st = U_ZERO_ERROR;
+    URegularExpression* c = uregex_clone(proto_, &st);
+    LMP_ASSERT(U_SUCCESS(st));
+    clones.emplace(this, c);
+    return c;
+  }
+
+  void emit(const std::vector<Range>& m, std::uint32_t n, std::vector<Range>& out) const {
+    std::uint32_t pos = 0;
+    switch (behavior_) {
+      case SplitBehavior::isolated:
+        for (auto r : m) {
+          if (r.begin > pos) out.push_back({pos, r.begin});
+          out.push_back(r);
+          pos = r.end;
+        }
+        if (pos < n) out.push_back({pos, n});
+        break;
+      case SplitBehavior::removed:
+        for (auto r : m) {
+          if (r.begin > pos) out.push_back({pos, r.begin});
+          pos = r.end;
+        }
+        if (pos < n) out.push_back({pos, n});
+        break;
+      case SplitBehavior::merged_with_previous:
+        for (auto r : m) {
+          out.push_back({pos, r.end});
+          pos = r.end;
+        }
+        if (pos < n) out.push_back({pos, n});
+        break;
+      case SplitBehavior::merged_with_next:
+        for (auto r : m) {
+          if (r.begin > pos) out.push_back({pos, r.begin});
+          pos = r.begin;
+        }
+        if (pos < n) out.push_back({pos, n});
+        break;
+    }
+  }
+
+  URegularExpression* proto_ = nullptr;
+  std::string pattern_;
+  SplitBehavior behavior_ = SplitBehavior::isolated;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name) {
+  if (name == "gpt2")
+    return std::unique_ptr<PreTokenizer>(
+        new ScannerPreTokenizer("gpt2", std::string(kGpt2Pattern), match_gpt2));
+  if (name == "cl100k" || name == "llama3")
+    return std::unique_ptr<PreTokenizer>(
+        new ScannerPreTokenizer(std::string(name), std::string(kCl100kPattern), match_cl100k));
+  if (name == "o200k") return make_icu_regex_pre_tokenizer(kO200kPattern);
+  if (name == "whitespace") return std::unique_ptr<PreTokenizer>(new WhitespacePreTokenizer());
+  if (name == "none") return std::unique_ptr<PreTokenizer>(new NoPreTokenizer());
+  return make_error(Errc::invalid_argument,
+                    "unknown pre-tokenizer '{}' (known: gpt2, cl100k, llama3, o200k, whitespace, none)",
+                    name);
+}
+
+Result<std::unique_ptr<PreTokenizer>> make_regex_pre_tokenizer(std::string_view pattern,
+                                                               SplitBehavior behavior) {
+  if (behavior == SplitBehavior::isolated) {
+    if (pattern == kGpt2Pattern) return make_pre_tokenizer("gpt2");
+    if (pattern == kCl100kPattern) return make_pre_tokenizer("cl100k");
+  }
+  return make_icu_regex_pre_tokenizer(pattern, behavior);
+}
+
+Result<std::unique_ptr<PreTokenizer>> make_icu_regex_pre_tokenizer(std::string_view pattern,
+                                                                   SplitBehavior behavior) {
+  return IcuRegexPreTokenizer::create(pattern, behavior);
+}
+
+}  // namespace lmp::tok

@@ -1,0 +1,578 @@
+// Tokenizer files: HF tokenizer.json, GPT-2 vocab.json + merges.txt, tiktoken ranks.
+#include <algorithm>
+#include <unordered_map>
+
+#include "lmpipe/core/io.h"
+#include "lmpipe/core/json.h"
+#include "lmpipe/text/unicode.h"
+#include "lmpipe/tok/byte_level.h"
+#include "lmpipe/tok/tokenizer.h"
+
+namespace lmp::tok {
+
+namespace {
+
+std::string basename_of(const std::string& path) {
+  auto p = path.find_last_of('/');
+  return p == std::string::npos ? path : path.substr(p + 1);
+}
+
+std::string quote(std::string_view s) {
+  std::string out;
+  json::append_string(out, s);
+  return out;
+}
+
+// Byte-level vocabulary text → raw bytes; text outside the 256 characters stays as is
+// (HF's ByteLevel decoder does the same).
+std::string vocab_bytes(std::string_view text) {
+  auto b = byte_level_to_bytes(text);
+  return b ? std::move(*b) : std::string(text);
+}
+
+// ---- tokenizer.json ---------------------------------------------------------------
+
+struct PreSpec {
+  std::unique_ptr<PreTokenizer> pre;
+  bool prefix_space = false;
+  bool byte_level = false;
+};
+
+Result<SplitBehavior> parse_behavior(json::Value v) {
+  std::string_view b = v.is_string() ? v.str() : "Isolated";
+  if (b == "Isolated") return SplitBehavior::isolated;
+  if (b == "Removed") return SplitBehavior::removed;
+  if (b == "MergedWithPrevious") return SplitBehavior::merged_with_previous;
+  if (b == "MergedWithNext") return SplitBehavior::merged_with_next;
+  return make_error(Errc::unsupported, "{}: split behavior '{}' is not supported", v.where(), b);
+}
+
+std::string regex_quote(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+Status parse_pre_step(json::Value v, PreSpec& spec) {
+  if (v.is_null()) return {};
+  if (!v.is_object()) return make_error(Errc::parse, "{}: pre_tokenizer must be an object", v.where());
+  std::string_view type = v.get("type").str();
+  auto set_split = [&](std::unique_ptr<PreTokenizer> p) -> Status {
+    if (spec.pre)
+      return make_error(Errc::unsupported, "{}: more than one splitting pre-tokenizer in a Sequence",
+                        v.where());
+    spec.pre = std::move(p);
+    return {};
+  };
+  if (type == "Sequence") {
+    json::Value list = v.get("pretokenizers");
+    if (!list.is_array()) return make_error(Errc::parse, "{}: Sequence without pretokenizers", v.where());
+    for (std::size_t i = 0; i < list.size(); ++i) LMP_TRY(parse_pre_step(list[i], spec));
+    return {};
+  }
+  if (type == "ByteLevel") {
+    spec.byte_level = true;
+    json::Value aps = v.get("add_prefix_space");
+    spec.prefix_space = aps.is_bool() ? aps.boolean() : true;
+    json::Value ur = v.get("use_regex");
+    bool use_regex = ur.is_bool() ? ur.boolean() : true;
+    if (use_regex) {
+      LMP_ASSIGN(auto p, make_pre_tokenizer("gpt2"));
+      LMP_TRY(set_split(std::move(p)));
+    }
+    return {};
+  }
+  if (type == "Split") {
+    json::Value pat = v.get("pattern");
+    json::Value inv = v.get("invert");
+    if (inv.is_bool() && inv.boolean())
+      return make_error(Errc::unsupported, "{}: Split with invert=true is not supported", v.where());
+    LMP_ASSIGN(SplitBehavior beh, parse_behavior(v.get("behavior")));
+    std::string regex;
+    if (pat.get("Regex").is_string()) regex = std::string(pat.get("Regex").str());
+    else if (pat.get("String").is_string()) regex = regex_quote(pat.get("String").str());
+    else return make_error(Errc::parse, "{}: Split pattern needs a Regex or a String", v.where());
+    auto p = make_regex_pre_tokenizer(regex, beh);
+    if (!p.ok()) return with_context(std::move(p).error(), v.where());
+    return set_split(std::move(p).value());
+  }
+  if (type == "Whitespace") {
+    LMP_ASSIGN(auto p, make_pre_tokenizer("whitespace"));
+    return set_split(std::move(p));
+  }
+  return make_error(Errc::unsupported, "{}: pre-tokenizer type '{}' is not supported for byte-level BPE",
+                    v.where(), type);
+}
+
+Result<Normalization> parse_normalizer(json::Value v) {
+  if (v.is_null()) return Normalization::none;
+  std::string_view type = v.get("type").str();
+  if (type == "NFC") return Normalization::nfc;
+  if (type == "NFKC") return Normalization::nfkc;
+  if (type == "Sequence") {
+    json::Value list = v.get("normalizers");
+    Normalization n = Normalization::none;
+    for (std::size_t i = 0; list.is_array() && i < list.size(); ++i) {
+      LMP_ASSIGN(Normalization k, parse_normalizer(list[i]));
+      if (k != Normalization::none && n != Normalization::none)
+        return make_error(Errc::unsupported, "{}: more than one normalizer", v.where());
+      if (k != Normalization::none) n = k;
+    }
+    return n;
+  }
+  return make_error(Errc::unsupported, "{}: normalizer type '{}' is not supported", v.where(), type);
+}
+
+Result<std::vector<AddedToken>> parse_added(json::Value list) {
+  std::vector<AddedToken> out;
+  if (list.is_null()) return out;
+  if (!list.is_array()) return make_error(Errc::parse, "{}: added_tokens must be an array", list.where());
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    json::Value a = list[i];
+    AddedToken t;
+    auto id = a.get("id").integer();
+    if (!id || *id < 0 || *id > 0x7FFFFFFF || !a.get("content").is_string())
+      return make_error(Errc::parse, "{}: added token needs an id and a content", a.where());
+    t.id = static_cast<TokenId>(*id);
+    t.content = std::string(a.get("content").str());
+    auto flag = [&](const char* k) { return a.get(k).is_bool() && a.get(k).boolean(); };
+    t.special = flag("special");
+    t.single_word = flag("single_word");
+    t.lstrip = flag("lstrip");
+    t.rstrip = flag("rstrip");
+    t.normalized = flag("normalized");
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(const std::string& text, const std::string& name) {
+  LMP_ASSIGN(auto doc, json::Document::parse(text, name));
+  json::Value root = doc->root();
+  if (!root.is_object()) return make_error(Errc::parse, "{}: not a tokenizer.json (top level is not an object)", name);
+  json::Value model = root.get("model");
+  if (!model.is_object()) return make_error(Errc::parse, "{}: not a tokenizer.json (no \"model\")", name);
+  std::string_view type = model.get("type").str();
+  if (type.empty() && model.get("merges").valid()) type = "BPE";
+  if (type != "BPE")
+    return make_error(Errc::unsupported, "{}: model type '{}' is not supported (byte-level BPE only)",
+                      model.where(), type);
+  PreSpec spec;
+  LMP_TRY(parse_pre_step(root.get("pre_tokenizer"), spec));
+  json::Value dec = root.get("decoder");
+  bool byte_level = spec.byte_level || (dec.is_object() && dec.get("type").str() == "ByteLevel");
+  if (!byte_level || (model.get("byte_fallback").is_bool() && model.get("byte_fallback").boolean()))
+    return make_error(Errc::unsupported,
+                      "{}: this BPE is not byte-level (SentencePiece style, '▁' and byte fallback); "
+                      "only byte-level BPE (GPT-2, Llama-3, Qwen) is supported",
+                      name);
+  LMP_ASSIGN(Normalization norm, parse_normalizer(root.get("normalizer")));
+  LMP_ASSIGN(auto added, parse_added(root.get("added_tokens")));
+
+  json::Value vocab = model.get("vocab");
+  if (!vocab.is_object()) return make_error(Errc::parse, "{}: model.vocab must be an object", model.where());
+  std::unordered_map<std::string_view, TokenId> text_ids;
+  text_ids.reserve(vocab.size() * 2);
+  std::vector<std::string> tokens;
+  std::int64_t max_id = -1;
+  for (std::size_t i = 0; i < vocab.size(); ++i) {
+    auto id = vocab.val(i).integer();
+    if (!id || *id < 0 || *id >= (std::int64_t{1} << 31) - 1)
+      return make_error(Errc::parse, "{}: vocab id of {} must be a non-negative integer",
+                        vocab.val(i).where(), quote(vocab.key(i).str()));
+    max_id = std::max(max_id, *id);
+  }
+  if (max_id >= static_cast<std::int64_t>(vocab.size()) * 4 + 1024)
+    return make_error(Errc::parse, "{}: vocab ids are too sparse (largest id {} for {} tokens)",
+                      vocab.where(), max_id, vocab.size());
+  tokens.resize(static_cast<std::size_t>(max_id + 1));
+  std::vector<bool> is_special(tokens.size(), false);
+  for (const auto& a : added)
+    if (a.special && static_cast<std::size_t>(a.id) < tokens.size()) is_special[static_cast<std::size_t>(a.id)] = true;
+  for (std::size_t i = 0; i < vocab.size(); ++i) {
+    auto id = static_cast<TokenId>(*vocab.val(i).integer());
+    std::string_view key = vocab.key(i).str();
+    if (!text_ids.emplace(key, id).second)
+      return make_error(Errc::parse, "{}: duplicate vocab entry {}", vocab.key(i).where(), quote(key));
+    auto& slot = tokens[static_cast<std::size_t>(id)];
+    if (!slot.empty())
+      return make_error(Errc::parse, "{}: id {} is given to two tokens", vocab.val(i).where(), id);
+    if (!is_special[static_cast<std::size_t>(id)]) slot = vocab_bytes(key);
+  }
+
+  json::Value merges = model.get("merges");
+  std::vector<std::pair<TokenId, TokenId>> pairs;
+  if (merges.valid() && !merges.is_null()) {
+    if (!merges.is_array()) return make_error(Errc::parse, "{}: model.merges must be an array", merges.where());
+    pairs.reserve(merges.size());
+    for (std::size_t r = 0; r < merges.size(); ++r) {
+      json::Value m = merges[r];
+      std::string_view a, b;
+      if (m.is_string()) {
+        std::string_view s = m.str();
+        auto sp = s.find(' ');
+        if (sp == std::string_view::npos || s.find(' ', sp + 1) != std::string_view::npos)
+          return make_error(Errc::parse, "{}: merge {} is not two tokens separated by one space: {}",
+                            m.where(), r + 1, quote(s));
+        a = s.substr(0, sp);
+        b = s.substr(sp + 1);
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        a = m[0].str();
+        b = m[1].str();
+      } else {
+        return make_error(Errc::parse, "{}: merge {} must be \"a b\" or [\"a\", \"b\"]", m.where(), r + 1);
+      }
+      auto ia = text_ids.find(a), ib = text_ids.find(b);
+      if (ia == text_ids.end())
+        return make_error(Errc::parse, "{}: merge {}: token {} is not in the vocabulary", m.where(), r + 1, quote(a));
+      if (ib == text_ids.end())
+        return make_error(Errc::parse, "{}: merge {}: token {} is not in the vocabulary", m.where(), r + 1, quote(b));
+      std::string joined = std::string(a) + std::string(b);
+      if (!text_ids.count(joined))
+        return make_error(Errc::parse, "{}: merge {}: merged token {} is not in the vocabulary", m.where(),
+                          r + 1, quote(joined));
+      pairs.emplace_back(ia->second, ib->second);
+    }
+  }
+  json::Value im = model.get("ignore_merges");
+  bool ignore_merges = im.is_bool() && im.boolean();
+  auto built = BpeModel::build(std::move(tokens), pairs, ignore_merges);
+  if (!built.ok()) return with_context(std::move(built).error(), name);
+  TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
+  return std::make_unique<Tokenizer>(std::move(built).value(), std::move(spec.pre), norm,
+                                     spec.prefix_space, std::move(added), std::move(info));
+}
+
+// ---- GPT-2 vocab.json + merges.txt ------------------------------------------------
+
+Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_path,
+                                                   const std::string& merges_path) {
+  LMP_ASSIGN(std::string vtext, io::read_file(vocab_path));
+  LMP_ASSIGN(auto doc, json::Document::parse(std::move(vtext), vocab_path));
+  json::Value vocab = doc->root();
+  if (!vocab.is_object()) return make_error(Errc::parse, "{}: vocab.json must be an object of token → id", vocab_path);
+  std::unordered_map<std::string_view, TokenId> text_ids;
+  std::int64_t max_id = -1;
+  for (std::size_t i = 0; i < vocab.size(); ++i) {
+    auto id = vocab.val(i).integer();
+    if (!id || *id < 0 || *id >= (std::int64_t{1} << 31) - 1)
+      return make_error(Errc::parse, "{}: id of {} must be a non-negative integer", vocab.val(i).where(),
+                        quote(vocab.key(i).str()));
+    max_id = std::max(max_id, *id);
+  }
+  if (max_id >= static_cast<std::int64_t>(vocab.size()) * 4 + 1024)
+    return make_error(Errc::parse, "{}: ids are too sparse", vocab_path);
+  std::vector<std::string> tokens(static_cast<std::size_t>(max_id + 1));
+  std::vector<AddedToken> added;
+  for (std::size_t i = 0; i < vocab.size(); ++i) {
+    auto id = static_cast<TokenId>(*vocab.val(i).integer());
+    std::string_view key = vocab.key(i).str();
+    if (!text_ids.emplace(key, id).second)
+      return make_error(Errc::parse, "{}: duplicate token {}", vocab.key(i).where(), quote(key));
+    if (key.size() > 4 && key.substr(0, 2) == "<|" && key.substr(key.size() - 2) == "|>") {
+      added.push_back(AddedToken{std::string(key), id, true, false, false, false, false});
+      continue;
+    }
+    tokens[static_cast<std::size_t>(id)] = vocab_bytes(key);
+  }
+  LMP_ASSIGN(std::string mtext, io::read_file(merges_path));
+  std::vector<std::pair<TokenId, TokenId>> pairs;
+  std::size_t line_no = 0, pos = 0;
+  while (pos < mtext.size()) {
+    std::size_t nl = mtext.find('\n', pos);
+    if (nl == std::string::npos) nl = mtext.size();
+    std::string_view line(mtext.data() + pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || (line_no == 1 && line.substr(0, 9) == "#version:")) continue;
+    auto sp = line.find(' ');
+    if (sp == std::string_view::npos || line.find(' ', sp + 1) != std::string_view::npos)
+      return make_error(Errc::parse, "{}:{}: expected two tokens separated by one space", merges_path, line_no);
+    std::string_view a = line.substr(0, sp), b = line.substr(sp + 1);
+    auto ia = text_ids.find(a), ib = text_ids.find(b);
+    if (ia == text_ids.end())
+      return make_error(Errc::parse, "{}:{}: token {} is not in the vocabulary", merges_path, line_no, quote(a));
+    if (ib == text_ids.end())
+      return make_error(Errc::parse, "{}:{}: token {} is not in the vocabulary", merges_path, line_no, quote(b));
+    if (!text_ids.count(std::string(a) + std::string(b)))
+      return make_error(Errc::parse, "{}:{}: merged token {} is not in the vocabulary", merges_path, line_no,
+                        quote(std::string(a) + std::string(b)));
+    pairs.emplace_back(ia->second, ib->second);
+  }
+  auto built = BpeModel::build(std::move(tokens), pairs, false);
+  if (!built.ok()) return with_context(std::move(built).error(), merges_path);
+  LMP_ASSIGN(auto pre, make_pre_tokenizer("gpt2"));
+  TokenizerInfo info{vocab_path, "gpt2", "gpt2"};
+  return std::make_unique<Tokenizer>(std::move(built).value(), std::move(pre), Normalization::none, false,
+                                     std::move(added), std::move(info));
+}
+
+// ---- tiktoken ---------------------------------------------------------------------
+
+namespace {
+
+int b64_value(unsigned char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+bool b64_decode(std::string_view in, std::string& out) {
+  out.clear();
+  unsigned acc = 0;
+  int bits = 0;
+  std::size_t pad = 0;
+  for (char ch : in) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c == '=') {
+      ++pad;
+      continue;
+    }
+    if (pad) return false;
+    int v = b64_value(c);
+    if (v < 0) return false;
+    acc = (acc << 6) | static_cast<unsigned>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xFF);
+    }
+  }
+  return (in.size() % 4) == 0 || pad == 0;
+}
+
+struct KnownEncoding {
+  const char* name;
+  const char* pre;
+  std::vector<std::pair<std::string, TokenId>> specials;
+};
+
+const std::vector<KnownEncoding>& known_encodings() {
+  static const std::vector<KnownEncoding> k = {
+      {"cl100k_base", "cl100k",
+       {{"<|endoftext|>", 100257}, {"<|fim_prefix|>", 100258}, {"<|fim_middle|>", 100259},
+        {"<|fim_suffix|>", 100260}, {"<|endofprompt|>", 100276}}},
+      {"o200k_base", "o200k", {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}}},
+      {"p50k_base", "gpt2", {{"<|endoftext|>", 50256}}},
+      {"r50k_base", "gpt2", {{"<|endoftext|>", 50256}}},
+      {"gpt2", "gpt2", {{"<|endoftext|>", 50256}}},
+  };
+  return k;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& path, const LoadOptions& opts) {
+  LMP_ASSIGN(std::string text, io::read_file(path));
+  std::vector<std::string> tokens;
+  std::string bytes;
+  std::size_t line_no = 0, pos = 0;
+  while (pos < text.size()) {
+    std::size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string_view line(text.data() + pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    auto sp = line.find(' ');
+    if (sp == std::string_view::npos)
+      return make_error(Errc::parse, "{}:{}: expected 'base64 rank'", path, line_no);
+    if (!b64_decode(line.substr(0, sp), bytes) || bytes.empty())
+      return make_error(Errc::parse, "{}:{}: invalid base64 token", path, line_no);
+    std::string_view rs = line.substr(sp + 1);
+    std::int64_t rank = 0;
+    if (rs.empty() || rs.size() > 10) return make_error(Errc::parse, "{}:{}: invalid rank", path, line_no);
+    for (char c : rs) {
+      if (c < '0' || c > '9') return make_error(Errc::parse, "{}:{}: invalid rank", path, line_no);
+      rank = rank * 10 + (c - '0');
+    }
+    if (rank >= (std::int64_t{1} << 31) - 1 || rank > static_cast<std::int64_t>(line_no) * 4 + 1024)
+      return make_error(Errc::parse, "{}:{}: rank {} out of range", path, line_no, rank);
+    auto r = static_cast<std::size_t>(rank);
+    if (r >= tokens.size()) tokens.resize(r + 1);
+    if (!tokens[r].empty()) return make_error(Errc::parse, "{}:{}: rank {} given twice", path, line_no, rank);
+    tokens[r] = bytes;
+  }
+  if (tokens.empty()) return make_error(Errc::parse, "{}: no ranks in the file", path);
+  std::string base = basename_of(path);
+  std::string pre_name = opts.pre_tokenizer;
+  std::vector<std::pair<std::string, TokenId>> specials = opts.special_tokens;
+  for (const auto& k : known_encodings()) {
+    if (base.find(k.name) == std::string::npos) continue;
+    if (pre_name.empty()) pre_name = k.pre;
+    if (specials.empty()) specials = k.specials;
+    break;
+  }
+  if (pre_name.empty())
+    return make_error(Errc::invalid_argument,
+                      "{}: cannot tell the encoding from the file name; give the pre-tokenizer "
+                      "(cl100k, o200k, gpt2, ...)",
+                      path);
+  LMP_ASSIGN(auto pre, make_pre_tokenizer(pre_name));
+  std::vector<AddedToken> added;
+  for (auto& [content, id] : specials) added.push_back(AddedToken{content, id, true, false, false, false, false});
+  auto built = BpeModel::build_from_ranks(std::move(tokens));
+  if (!built.ok()) return with_context(std::move(built).error(), path);
+  TokenizerInfo info{path, "tiktoken", pre_name};
+  return std::make_unique<Tokenizer>(std::move(built).value(), std::move(pre), Normalization::none, false,
+                                     std::move(added), std::move(info));
+}
+
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, const LoadOptions& opts) {
+  // "vocab.json:merges.txt" names the GPT-2 pair explicitly.
+  auto colon = path.find(':');
+  if (colon != std::string::npos && path.size() > 5 && path.substr(colon - 5, 5) == ".json")
+    return load_gpt2_files(path.substr(0, colon), path.substr(colon + 1));
+  std::string base = basename_of(path);
+  if (base.size() > 9 && base.substr(base.size() - 9) == ".tiktoken") return load_tiktoken(path, opts);
+  LMP_ASSIGN(std::string text, io::read_file(path));
+  std::size_t i = 0;
+  while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) ++i;
+  if (i < text.size() && text[i] == '{') {
+    // A tokenizer.json has a "model"; a GPT-2 vocab.json maps tokens to ids.
+    if (text.find("\"model\"") != std::string::npos) return load_tokenizer_json(text, path);
+    std::string dir = path.substr(0, path.size() - base.size());
+    return load_gpt2_files(path, dir + "merges.txt");
+  }
+  // base64 + space + digits on the first line: a tiktoken file.
+  auto nl = text.find('\n');
+  std::string_view first(text.data(), nl == std::string::npos ? text.size() : nl);
+  auto sp = first.find(' ');
+  if (sp != std::string_view::npos && sp > 0 &&
+      first.find_first_not_of("0123456789", sp + 1) == std::string_view::npos)
+    return load_tiktoken(path, opts);
+  return make_error(Errc::parse,
+                    "{}: not a tokenizer file (expected an HF tokenizer.json, a GPT-2 vocab.json or a "
+                    "tiktoken rank file)",
+                    path);
+}
+
+// ---- Writers ----------------------------------------------------------------------
+
+namespace {
+
+void append_pre_json(std::string& o, const Tokenizer& t) {
+  const PreTokenizer* p = t.pre_tokenizer();
+  std::string_view name = p ? p->name() : "none";
+  auto byte_level = [&](bool use_regex) {
+    o += R"({"type":"ByteLevel","add_prefix_space":)";
+    o += t.prefix_space() ? "true" : "false";
+    o += R"(,"trim_offsets":true,"use_regex":)";
+    o += use_regex ? "true" : "false";
+    o += "}";
+  };
+  if (name == "gpt2") {
+    byte_level(true);
+    return;
+  }
+  if (name == "none") {
+    byte_level(false);
+    return;
+  }
+  o += R"({"type":"Sequence","pretokenizers":[)";
+  if (name == "whitespace") {
+    o += R"({"type":"Whitespace"})";
+  } else {
+    o += R"({"type":"Split","pattern":{"Regex":)";
+    json::append_string(o, p->pattern());
+    o += R"(},"behavior":"Isolated","invert":false})";
+  }
+  o += ",";
+  byte_level(false);
+  o += "]}";
+}
+
+std::string token_text(const Tokenizer& t, TokenId id) {
+  for (const auto& a : t.added_tokens())
+    if (a.id == id) return a.content;
+  return bytes_to_byte_level(t.model().token(id));
+}
+
+}  // namespace
+
+std::string to_tokenizer_json(const Tokenizer& t) {
+  std::string o;
+  o.reserve(t.vocab_size() * 40);
+  o += R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[)";
+  std::vector<AddedToken> added = t.added_tokens();
+  std::sort(added.begin(), added.end(), [](const AddedToken& a, const AddedToken& b) { return a.id < b.id; });
+  for (std::size_t i = 0; i < added.size(); ++i) {
+    const auto& a = added[i];
+    if (i) o += ",";
+    o += fmt::format(R"({{"id":{},"content":)", a.id);
+    json::append_string(o, a.content);
+    o += fmt::format(R"(,"single_word":{},"lstrip":{},"rstrip":{},"normalized":{},"special":{}}})",
+                     a.single_word, a.lstrip, a.rstrip, a.normalized, a.special);
+  }
+  o += R"(],"normalizer":)";
+  switch (t.normalization()) {
+    case Normalization::none: o += "null"; break;
+    case Normalization::nfc: o += R"({"type":"NFC"})"; break;
+    case Normalization::nfkc: o += R"({"type":"NFKC"})"; break;
+  }
+  o += R"(,"pre_tokenizer":)";
+  append_pre_json(o, t);
+  o += R"(,"post_processor":null,"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},)";
+  o += R"("model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":)";
+  o += t.model().ignore_merges() && !t.model().ranks_from_tokens() ? "true" : "false";
+  o += R"(,"vocab":{)";
+  bool first = true;
+  for (std::size_t id = 0; id < t.vocab_size(); ++id) {
+    auto p = t.piece(static_cast<TokenId>(id));
+    if (!p) continue;
+    if (!first) o += ",";
+    first = false;
+    json::append_string(o, token_text(t, static_cast<TokenId>(id)));
+    o += ":";
+    o += std::to_string(id);
+  }
+  o += R"(},"merges":[)";
+  const auto& ml = t.model().merge_list();
+  for (std::size_t i = 0; i < ml.size(); ++i) {
+    if (i) o += ",";
+    o += "[";
+    json::append_string(o, bytes_to_byte_level(t.model().token(ml[i].first)));
+    o += ",";
+    json::append_string(o, bytes_to_byte_level(t.model().token(ml[i].second)));
+    o += "]";
+  }
+  o += "]}}";
+  return o;
+}
+
+std::string to_vocab_json(const Tokenizer& t) {
+  std::string o = "{";
+  bool first = true;
+  for (std::size_t id = 0; id < t.vocab_size(); ++id) {
+    if (!t.piece(static_cast<TokenId>(id))) continue;
+    if (!first) o += ",";
+    first = false;
+    json::append_string(o, token_text(t, static_cast<TokenId>(id)));
+    o += ":" + std::to_string(id);
+  }
+  o += "}\n";
+  return o;
+}
+
+std::string to_merges_txt(const Tokenizer& t) {
+  std::string o = "#version: 0.2\n";
+  for (auto [a, b] : t.model().merge_list()) {
+    o += bytes_to_byte_level(t.model().token(a));
+    o += ' ';
+    o += bytes_to_byte_level(t.model().token(b));
+    o += '\n';
+  }
+  return o;
+}
+
+}  // namespace lmp::tok

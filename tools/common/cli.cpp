@@ -1,0 +1,235 @@
+#include "common/cli.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include <fmt/format.h>
+
+#ifndef LMP_VERSION
+#define LMP_VERSION "0.0.0"
+#endif
+
+namespace lmp::cli {
+
+namespace {
+std::string g_tool = "lmpipe";
+bool g_quiet = false;
+
+void on_fatal_signal(int sig) {
+  io::remove_pending_temporaries_signal_safe();
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void die_of_sigpipe() {
+  io::remove_pending_temporaries_signal_safe();
+  std::signal(SIGPIPE, SIG_DFL);
+  std::raise(SIGPIPE);
+  _exit(141);
+}
+
+void print_error(std::string_view msg) {
+  std::fflush(stdout);
+  fmt::print(stderr, "{}: error: {}\n", g_tool, msg);
+}
+
+std::string help_text(const ToolSpec& spec, CLI::App& app) {
+  std::string opts = app.help();
+  // CLI11 prints its own usage line and description first; keep only the options.
+  auto p = opts.find("Options:");
+  if (p == std::string::npos) p = opts.find("OPTIONS:");
+  std::string body = p == std::string::npos ? opts : opts.substr(p);
+  return fmt::format(
+      "Usage: {} {}\n{}\n\n{}\n{}{}\nExamples:\n{}\n\nExit status: 0 if OK, 1 on a runtime or data error, 2 on a "
+      "usage error.\n",
+      spec.name, spec.synopsis, spec.description, "With no FILE, or when FILE is -, read standard input.", body,
+      spec.details.empty() ? "" : "\n" + spec.details + "\n", spec.examples);
+}
+}  // namespace
+
+bool quiet() { return g_quiet; }
+void set_quiet(bool q) { g_quiet = q; }
+
+void warn(std::string_view msg) {
+  std::fflush(stdout);
+  fmt::print(stderr, "{}: warning: {}\n", g_tool, msg);
+}
+
+void note(std::string_view msg) {
+  if (g_quiet) return;
+  fmt::print(stderr, "{}: {}\n", g_tool, msg);
+}
+
+int run_tool(const ToolSpec& spec, CLI::App& app, int argc, char** argv, const std::function<Status()>& body) {
+  g_tool = spec.name;
+  std::signal(SIGINT, on_fatal_signal);
+  std::signal(SIGTERM, on_fatal_signal);
+  std::signal(SIGHUP, on_fatal_signal);
+  std::signal(SIGPIPE, SIG_DFL);
+
+  app.name(spec.name);
+  app.description(spec.description);
+  app.set_help_flag();  // our own -h/--help
+  bool want_help = false, want_version = false;
+  app.add_flag("-h,--help", want_help, "display this help and exit");
+  app.add_flag("--version", want_version, "output version information and exit");
+  bool q = false;
+  if (!app.get_option_no_throw("--quiet")) app.add_flag("-q,--quiet", q, "no progress or report on stderr");
+  // --help and --version win over missing required options.
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--") break;
+    if (a == "-h" || a == "--help") {
+      std::fputs(help_text(spec, app).c_str(), stdout);
+      return std::fflush(stdout) == 0 ? kExitOk : kExitError;
+    }
+    if (a == "--version") {
+      fmt::print("{} (lmpipe) {}\n", spec.name, LMP_VERSION);
+      return std::fflush(stdout) == 0 ? kExitOk : kExitError;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    print_error(e.what());
+    fmt::print(stderr, "Try '{} --help' for more information.\n", spec.name);
+    return kExitUsage;
+  }
+  g_quiet = g_quiet || q;
+  try {
+    Status st = body();
+    if (!st.ok()) {
+      print_error(st.error().message);
+      return st.error().code == Errc::invalid_argument ? kExitUsage : kExitError;
+    }
+  } catch (const UsageError& e) {
+    print_error(e.what());
+    fmt::print(stderr, "Try '{} --help' for more information.\n", spec.name);
+    return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    print_error("out of memory");
+    return kExitError;
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitError;
+  }
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    if (errno == EPIPE) die_of_sigpipe();
+    print_error(fmt::format("write error on standard output: {}", std::strerror(errno)));
+    return kExitError;
+  }
+  return kExitOk;
+}
+
+// ---- Output -----------------------------------------------------------------------
+
+Result<std::unique_ptr<Output>> Output::open(const std::string& path, bool binary, bool force) {
+  std::unique_ptr<Output> o(new Output());
+  if (path.empty() || path == "-") {
+    if (binary && !force && ::isatty(1))
+      return make_error(Errc::invalid_argument,
+                        "refusing to write binary .npy data to a terminal (redirect it, or use --force)");
+    return o;
+  }
+  LMP_ASSIGN(o->file_, io::AtomicFile::create(path));
+  return o;
+}
+
+Output::~Output() = default;
+
+Status Output::flush() {
+  if (buf_.empty()) return {};
+  if (file_) {
+    LMP_TRY(file_->write(buf_));
+    buf_.clear();
+    return {};
+  }
+  std::string_view d = buf_;
+  while (!d.empty()) {
+    ssize_t w = ::write(1, d.data(), d.size());
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EPIPE) die_of_sigpipe();
+      return make_error(Errc::io, "write error on standard output: {}", std::strerror(errno));
+    }
+    d.remove_prefix(static_cast<std::size_t>(w));
+  }
+  buf_.clear();
+  return {};
+}
+
+Status Output::write(std::string_view data) {
+  buf_.append(data);
+  if (buf_.size() >= (1u << 20)) return flush();
+  return {};
+}
+
+Status Output::close() {
+  LMP_TRY(flush());
+  if (file_) {
+    LMP_TRY(file_->commit());
+    file_.reset();
+  }
+  return {};
+}
+
+// ---- Progress ---------------------------------------------------------------------
+
+Progress::Progress(std::string label)
+    : label_(std::move(label)), enabled_(!g_quiet && ::isatty(2)), start_(std::chrono::steady_clock::now()) {}
+
+Progress::~Progress() { done(); }
+
+void Progress::update(double fraction, std::string_view detail) {
+  if (!enabled_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (shown_ && now - last_ < std::chrono::milliseconds(100)) return;
+  last_ = now;
+  shown_ = true;
+  double secs = std::chrono::duration<double>(now - start_).count();
+  if (fraction >= 0)
+    fmt::print(stderr, "\r\033[K{}: {} {:5.1f}%  {}  {:.1f}s", g_tool, label_, fraction * 100.0, detail, secs);
+  else
+    fmt::print(stderr, "\r\033[K{}: {}  {}  {:.1f}s", g_tool, label_, detail, secs);
+  std::fflush(stderr);
+}
+
+void Progress::done() {
+  if (enabled_ && shown_) {
+    fmt::print(stderr, "\r\033[K");
+    std::fflush(stderr);
+  }
+  shown_ = false;
+}
+
+// ---- Figures ----------------------------------------------------------------------
+
+std::uint64_t peak_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} {}", b, units[u]) : fmt::format("{:.1f} {}", b, units[u]);
+}
+
+std::string with_commas(std::uint64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
+  return s;
+}
+
+}  // namespace lmp::cli

@@ -1,0 +1,92 @@
+// The one boundary between the library and the shell, shared by every tool:
+// option parsing, exit codes, error messages, output streams and progress.
+//
+// Exit status: 0 success, 1 runtime or data error, 2 usage error. Killed by SIGPIPE
+// (`| head`) is normal. Diagnostics go to stderr as "tool: error: ...".
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "lmpipe/core/io.h"
+#include "lmpipe/core/result.h"
+
+namespace lmp::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+
+// Thrown by a tool's body for a bad combination of options: exit 2 with "Try --help".
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct ToolSpec {
+  std::string name;         // tok-encode
+  std::string synopsis;     // "[OPTION]... -t TOKENIZER [FILE]..."
+  std::string description;  // one line
+  std::string details;      // paragraphs after the options
+  std::string examples;     // lines, already indented
+};
+
+// Parse argv with `app` (options added by the caller), then run `body`.
+// Maps every outcome to an exit code and prints errors in the house format.
+int run_tool(const ToolSpec& spec, CLI::App& app, int argc, char** argv,
+             const std::function<Status()>& body);
+
+bool quiet();
+void set_quiet(bool q);
+
+// Warnings and notes on stderr: "tool: warning: ...".
+void warn(std::string_view msg);
+void note(std::string_view msg);  // silenced by --quiet
+
+// Standard output or an atomically written file. Writes are buffered; EPIPE ends the
+// process as SIGPIPE would (quietly).
+class Output {
+ public:
+  static Result<std::unique_ptr<Output>> open(const std::string& path, bool binary, bool force);
+  ~Output();
+  Status write(std::string_view data);
+  Status close();  // flush and check; commit a file
+  bool is_stdout() const { return !file_; }
+
+ private:
+  Output() = default;
+  Status flush();
+  std::unique_ptr<io::AtomicFile> file_;
+  std::string buf_;
+};
+
+// Progress on stderr when it is a terminal (and not --quiet), at most 10 times a second.
+class Progress {
+ public:
+  explicit Progress(std::string label);
+  ~Progress();
+  void update(double fraction, std::string_view detail = {});
+  void done();
+  bool enabled() const { return enabled_; }
+
+ private:
+  std::string label_;
+  bool enabled_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point last_{};
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Peak resident memory of this process, in bytes.
+std::uint64_t peak_rss_bytes();
+// "12.3 MB", "512 KiB"-style figures.
+std::string human_bytes(double bytes);
+std::string with_commas(std::uint64_t n);
+
+}  // namespace lmp::cli

@@ -1,0 +1,243 @@
+// tok-encode: text → token ids (one line of ids per input line), and back with --decode.
+#include <thread>
+
+#include "common/cli.h"
+#include "lmpipe/core/npy.h"
+#include "lmpipe/tok/byte_level.h"
+#include "lmpipe/tok/stats.h"
+#include "lmpipe/tok/tokenizer.h"
+
+namespace {
+
+using namespace lmp;
+
+struct Options {
+  std::string tokenizer, output = "-", format = "text", pre_tokenizer;
+  std::vector<std::string> files, special_tokens;
+  bool decode = false, pieces = false, stats = false, json = false, no_special = false, skip_special = false;
+  bool force = false;
+  int threads = 1;
+};
+
+// Shown for --pieces: the byte-level text HF tokenizers shows (Ġ for a space).
+std::string piece_text(const tok::Tokenizer& t, TokenId id) {
+  for (const auto& a : t.added_tokens())
+    if (a.id == id) return a.content;
+  auto p = t.piece(id);
+  return p ? tok::bytes_to_byte_level(*p) : "?";
+}
+
+struct Worker {
+  explicit Worker(const tok::Tokenizer& t) : session(t) {}
+  tok::Session session;
+  std::vector<TokenId> ids;
+  std::vector<tok::PieceCount> pieces;
+  tok::EncodeStats stats;
+  std::string out;
+};
+
+// Encode the lines of `slice` into w.out.
+void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view slice, Worker& w) {
+  w.out.clear();
+  w.session.pieces = o.stats ? &w.pieces : nullptr;
+  std::size_t pos = 0;
+  while (pos < slice.size()) {
+    std::size_t nl = slice.find('\n', pos);
+    bool terminated = nl != std::string_view::npos;
+    std::string_view line = slice.substr(pos, (terminated ? nl : slice.size()) - pos);
+    pos = terminated ? nl + 1 : slice.size();
+    w.ids.clear();
+    w.pieces.clear();
+    std::uint64_t dropped = w.session.dropped_bytes();
+    t.encode(line, w.ids, w.session, !o.no_special);
+    if (o.stats) {
+      w.stats.add_line(line, w.ids.size(), w.pieces);
+      w.stats.dropped_bytes += w.session.dropped_bytes() - dropped;
+    }
+    if (o.format == "npy") {
+      npy::append_i32(w.out, w.ids.data(), w.ids.size());
+      continue;
+    }
+    for (std::size_t k = 0; k < w.ids.size(); ++k) {
+      if (k) w.out += ' ';
+      if (o.pieces) w.out += piece_text(t, w.ids[k]);
+      else w.out += std::to_string(w.ids[k]);
+    }
+    if (terminated) w.out += '\n';
+  }
+}
+
+Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, tok::EncodeStats& total,
+                  std::uint64_t& dropped) {
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int i = 0; i < o.threads; ++i) workers.push_back(std::make_unique<Worker>(t));
+  std::string chunk;
+  const std::size_t chunk_bytes = static_cast<std::size_t>(o.threads) << 21;
+  for (const auto& file : o.files) {
+    LMP_ASSIGN(auto reader, io::ChunkReader::open(file));
+    cli::Progress progress("encoding " + reader->name());
+    for (;;) {
+      LMP_ASSIGN(bool more, reader->next(chunk, chunk_bytes));
+      if (!more) break;
+      std::string_view c = chunk;
+      // One slice per thread, cut at line ends.
+      std::vector<std::string_view> slices;
+      std::size_t start = 0;
+      for (int k = 0; k < o.threads; ++k) {
+        std::size_t target = c.size() * static_cast<std::size_t>(k + 1) / static_cast<std::size_t>(o.threads);
+        std::size_t end = target >= c.size() ? c.size() : c.find('\n', std::max(target, start));
+        end = end == std::string_view::npos ? c.size() : std::min(c.size(), end + 1);
+        slices.push_back(c.substr(start, end - start));
+        start = end;
+      }
+      std::vector<std::thread> pool;
+      for (std::size_t k = 1; k < slices.size(); ++k)
+        if (!slices[k].empty())
+          pool.emplace_back([&, k] { encode_slice(t, o, slices[k], *workers[k]); });
+      encode_slice(t, o, slices[0], *workers[0]);
+      for (auto& th : pool) th.join();
+      for (std::size_t k = 0; k < slices.size(); ++k)
+        if (out && !slices[k].empty()) LMP_TRY(out->write(workers[k]->out));
+      if (reader->size_hint())
+        progress.update(static_cast<double>(reader->bytes_read()) / static_cast<double>(reader->size_hint()));
+    }
+    // A file that ends without a newline still ends its last sequence.
+    if (out && o.format == "text" && !chunk.empty() && chunk.back() != '\n' && &file != &o.files.back())
+      LMP_TRY(out->write("\n"));
+  }
+  for (auto& w : workers) {
+    total.merge(w->stats);
+    dropped += w->session.dropped_bytes();
+  }
+  return {};
+}
+
+Status decode_all(const tok::Tokenizer& t, const Options& o, cli::Output& out) {
+  std::string text;
+  for (const auto& file : o.files) {
+    LMP_ASSIGN(std::string data, io::read_file(file));
+    std::string name = file == "-" ? "<stdin>" : file;
+    if (data.size() >= 6 && std::string_view(data).substr(0, 6) == npy::kMagic) {
+      std::vector<std::vector<std::int32_t>> arrays;
+      LMP_TRY(npy::read_id_arrays(data, name, arrays));
+      for (std::size_t i = 0; i < arrays.size(); ++i) {
+        text.clear();
+        auto st = t.decode(arrays[i].data(), arrays[i].size(), text, o.skip_special);
+        if (!st.ok()) return make_error(Errc::parse, "{}: array {}: {}", name, i + 1, st.error().message);
+        text += '\n';
+        LMP_TRY(out.write(text));
+      }
+      continue;
+    }
+    std::vector<TokenId> ids;
+    std::size_t pos = 0, line_no = 0;
+    while (pos < data.size()) {
+      std::size_t nl = data.find('\n', pos);
+      bool terminated = nl != std::string::npos;
+      std::string_view line(data.data() + pos, (terminated ? nl : data.size()) - pos);
+      pos = terminated ? nl + 1 : data.size();
+      ++line_no;
+      ids.clear();
+      std::size_t i = 0;
+      while (i < line.size()) {
+        while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+        if (i >= line.size()) break;
+        std::size_t s = i;
+        std::int64_t v = 0;
+        bool neg = line[i] == '-';
+        if (neg) ++i;
+        while (i < line.size() && line[i] >= '0' && line[i] <= '9' && v <= 0x7FFFFFFF) v = v * 10 + (line[i++] - '0');
+        bool bad = i == s + (neg ? 1 : 0) || v > 0x7FFFFFFF ||
+                   (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r');
+        if (bad) {
+          std::size_t e = line.find_first_of(" \t", s);
+          return make_error(Errc::parse, "{}:{}: invalid token id '{}'", name, line_no,
+                            line.substr(s, e == std::string_view::npos ? line.size() - s : e - s));
+        }
+        ids.push_back(static_cast<TokenId>(neg ? -v : v));
+      }
+      text.clear();
+      auto st = t.decode(ids.data(), ids.size(), text, o.skip_special);
+      if (!st.ok()) return make_error(Errc::parse, "{}:{}: {}", name, line_no, st.error().message);
+      if (terminated) text += '\n';
+      LMP_TRY(out.write(text));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app;
+  app.add_option("-t,--tokenizer", o.tokenizer,
+                 "tokenizer file: HF tokenizer.json, GPT-2 vocab.json (merges.txt beside it), or a .tiktoken file")
+      ->required();
+  app.add_option("FILE", o.files, "input files (default: standard input)");
+  app.add_option("-o,--output", o.output, "write to FILE instead of standard output (atomically)");
+  app.add_flag("-d,--decode", o.decode, "read token ids (text or .npy), write the text they encode");
+  app.add_flag("-p,--pieces", o.pieces, "print token strings (byte-level text, Ġ = space) instead of ids");
+  app.add_flag("-s,--stats", o.stats, "print statistics (compression, fertility, most fragmented words) on stdout");
+  app.add_flag("--json", o.json, "with --stats: print the statistics as JSON");
+  app.add_option("-f,--format", o.format, "id output format: text (default) or npy (one int32 array per line)")
+      ->check(CLI::IsMember({"text", "npy"}));
+  app.add_option("-j,--threads", o.threads, "encoding threads (default 1)")->check(CLI::Range(1, 256));
+  app.add_flag("--no-special", o.no_special, "treat special-token text in the input as ordinary text");
+  app.add_flag("--skip-special", o.skip_special, "with --decode: leave special tokens out of the text");
+  app.add_option("--pre-tokenizer", o.pre_tokenizer,
+                 "for tiktoken files not named after their encoding: gpt2, cl100k, o200k");
+  app.add_option("--special-token", o.special_tokens, "for tiktoken files: TEXT=ID, repeatable");
+  app.add_flag("--force", o.force, "write .npy to a terminal anyway");
+
+  lmp::cli::ToolSpec spec{
+      "tok-encode", "[OPTION]... -t TOKENIZER [FILE]...",
+      "Encode UTF-8 text into token ids, one output line per input line; --decode reverses it.",
+      "Ids are written as decimal numbers separated by single spaces; an empty line stays empty,\n"
+      "and the last line ends in a newline only if the input's did, so that\n"
+      "decode(encode(x)) == x byte for byte, invalid UTF-8 included.",
+      "  tok-encode -t tokenizer.json corpus.txt > corpus.ids\n"
+      "  echo 'Hello world' | tok-encode -t gpt2/tokenizer.json --pieces\n"
+      "  tok-encode -t cl100k_base.tiktoken --stats -j 2 wiki.txt\n"
+      "  tok-encode -t tok.json notes.txt | tok-encode -t tok.json --decode | cmp - notes.txt\n"
+      "  tok-encode -t tok.json -f npy corpus.txt -o corpus.npy"};
+
+  return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
+    if (o.files.empty()) o.files.push_back("-");
+    if (o.decode && (o.pieces || o.stats || o.format == "npy"))
+      throw cli::UsageError("--decode does not combine with --pieces, --stats or --format npy");
+    if (o.pieces && o.format == "npy") throw cli::UsageError("--pieces writes text; it does not combine with --format npy");
+    if (o.json && !o.stats) throw cli::UsageError("--json goes with --stats");
+    tok::LoadOptions lo;
+    lo.pre_tokenizer = o.pre_tokenizer;
+    for (const auto& s : o.special_tokens) {
+      auto eq = s.rfind('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+        throw cli::UsageError("--special-token takes TEXT=ID, got '" + s + "'");
+      lo.special_tokens.emplace_back(s.substr(0, eq), std::stoi(s.substr(eq + 1)));
+    }
+    LMP_ASSIGN(auto t, tok::load_tokenizer(o.tokenizer, lo));
+    bool ids_out = !o.stats || o.output != "-";
+    std::unique_ptr<cli::Output> out;
+    if (ids_out) {
+      LMP_ASSIGN(out, cli::Output::open(o.output, o.format == "npy", o.force));
+    }
+    if (o.decode) {
+      LMP_TRY(decode_all(*t, o, *out));
+      return out->close();
+    }
+    tok::EncodeStats stats;
+    std::uint64_t dropped = 0;
+    LMP_TRY(encode_all(*t, o, out.get(), stats, dropped));
+    if (out) LMP_TRY(out->close());
+    if (dropped)
+      cli::warn(fmt::format("{} input bytes have no token in this vocabulary and were left out (as HF "
+                            "tokenizers does); a vocabulary trained with --initial-alphabet bytes covers all",
+                            dropped));
+    if (o.stats) {
+      std::string r = o.json ? stats.report_json(*t) : stats.report(*t);
+      fmt::print("{}", r);
+    }
+    return {};
+  });
+}

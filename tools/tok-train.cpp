@@ -1,0 +1,183 @@
+// tok-train: train a byte-level BPE vocabulary (HF BpeTrainer semantics), or count
+// pre-tokens into count files that add up across shards (`tok-train count`).
+#include <chrono>
+#include <thread>
+
+#include "common/cli.h"
+#include "lmpipe/tok/bpe_trainer.h"
+
+namespace {
+
+using namespace lmp;
+
+struct Options {
+  std::string model = "bpe", output, format = "hf", pre_tokenizer = "gpt2", initial_alphabet;
+  std::vector<std::string> files, special_tokens;
+  std::size_t vocab_size = 30000, limit_alphabet = 0, max_token_length = 0;
+  std::uint64_t min_frequency = 0;
+  int threads = 0;
+};
+
+constexpr std::string_view kCountsMagic = "#lmpipe-counts v1";
+
+int default_threads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(std::min(n, 16u));
+}
+
+// Count the pre-tokens of text files, and add up count files, into `counts`.
+Status gather(const Options& o, tok::WordCountMap& counts, std::string& pre_name, std::uint64_t& bytes,
+              std::uint64_t& lines) {
+  LMP_ASSIGN(auto pre, tok::make_pre_tokenizer(o.pre_tokenizer));
+  tok::WordCounter counter(*pre, o.threads);
+  std::string chunk;
+  bool any_text = false;
+  for (const auto& file : o.files) {
+    LMP_ASSIGN(auto reader, io::ChunkReader::open(file));
+    cli::Progress progress("counting " + reader->name());
+    LMP_ASSIGN(bool more, reader->next(chunk, std::size_t{8} << 20));
+    if (more && std::string_view(chunk).substr(0, kCountsMagic.size()) == kCountsMagic) {
+      std::string all = chunk;
+      for (;;) {
+        LMP_ASSIGN(bool m, reader->next(chunk, std::size_t{8} << 20));
+        if (!m) break;
+        all += chunk;
+      }
+      std::string file_pre;
+      LMP_TRY(tok::read_counts(all, reader->name(), counts, file_pre));
+      if (file_pre != o.pre_tokenizer)
+        return make_error(Errc::invalid_argument, "{}: counted with --pre-tokenizer {}, training with {}",
+                          reader->name(), file_pre, o.pre_tokenizer);
+      bytes += all.size();
+      continue;
+    }
+    any_text = true;
+    while (more) {
+      counter.add(chunk);
+      bytes += chunk.size();
+      if (reader->size_hint())
+        progress.update(static_cast<double>(reader->bytes_read()) / static_cast<double>(reader->size_hint()),
+                        cli::human_bytes(static_cast<double>(reader->bytes_read())));
+      LMP_ASSIGN(more, reader->next(chunk, std::size_t{8} << 20));
+    }
+  }
+  if (any_text) {
+    auto text_counts = counter.take();
+    if (counts.empty()) counts = std::move(text_counts);
+    else
+      for (auto& [w, c] : text_counts) counts[w] += c;
+  }
+  lines = counter.lines();
+  pre_name = o.pre_tokenizer;
+  return {};
+}
+
+const char* kExamples =
+    "  tok-train --vocab-size 8000 --min-frequency 2 -o tok.json corpus.txt\n"
+    "  tok-train --vocab-size 32000 --pre-tokenizer llama3 --special-token '<|endoftext|>' \\\n"
+    "            --initial-alphabet bytes -j 2 -o tok.json en.txt zh.txt\n"
+    "  tok-train --vocab-size 50000 --format gpt2 -o out/tokenizer.json corpus.txt  # + vocab.json, merges.txt\n"
+    "  # map-reduce: count shards anywhere, then train on the counts\n"
+    "  ls shards/* | parallel tok-train count -o {}.counts {}\n"
+    "  tok-train --vocab-size 32000 -o tok.json shards/*.counts";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app;
+  app.add_option("FILE", o.files, "training text (UTF-8, one sequence per line) or count files");
+  app.add_option("-o,--output", o.output, "tokenizer.json to write (atomically); '-' for standard output")->required();
+  app.add_option("-m,--model", o.model, "model to train: bpe (byte-level BPE)")->check(CLI::IsMember({"bpe"}));
+  app.add_option("-V,--vocab-size", o.vocab_size, "target vocabulary size, specials and alphabet included (30000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
+  app.add_option("-F,--min-frequency", o.min_frequency,
+                 "stop merging when the best pair occurs fewer times than this (0)");
+  app.add_option("-S,--special-token", o.special_tokens, "special token, given the first ids in order; repeatable");
+  app.add_option("-P,--pre-tokenizer", o.pre_tokenizer,
+                 "split before BPE: gpt2 (default), cl100k, llama3, o200k, whitespace, none")
+      ->check(CLI::IsMember({"gpt2", "cl100k", "llama3", "o200k", "whitespace", "none"}));
+  app.add_option("--limit-alphabet", o.limit_alphabet, "keep at most K initial characters (bytes), most frequent first");
+  app.add_option("--initial-alphabet", o.initial_alphabet, "bytes: put all 256 bytes in the alphabet")
+      ->check(CLI::IsMember({"bytes"}));
+  app.add_option("--max-token-length", o.max_token_length, "do not build tokens longer than this many bytes");
+  app.add_option("-f,--format", o.format, "hf: tokenizer.json; gpt2: also vocab.json and merges.txt beside it")
+      ->check(CLI::IsMember({"hf", "gpt2"}));
+  app.add_option("-j,--threads", o.threads, "counting threads (default: the number of cores)")->check(CLI::Range(1, 256));
+
+  // `tok-train count`: the map step of a sharded run.
+  CLI::App* count = app.add_subcommand("count", "count pre-tokens into a count file (no training)");
+  count->add_option("FILE", o.files, "text files");
+  count->add_option("-o,--output", o.output, "count file to write; '-' for standard output")->required();
+  count->add_option("-P,--pre-tokenizer", o.pre_tokenizer, "as for training")
+      ->check(CLI::IsMember({"gpt2", "cl100k", "llama3", "o200k", "whitespace", "none"}));
+  count->add_option("-j,--threads", o.threads, "counting threads")->check(CLI::Range(1, 256));
+
+  cli::ToolSpec spec{
+      "tok-train", "[OPTION]... -o TOKENIZER.json [FILE]...\n       tok-train count [OPTION]... -o COUNTS [FILE]...",
+      "Train a byte-level BPE tokenizer (GPT-2 / Llama-3 style) with HF tokenizers' BpeTrainer semantics.",
+      "Each input line (with its newline) is one training sequence. --min-frequency is a stop\n"
+      "threshold on pair counts, as in HF: training ends when the most frequent pair occurs fewer\n"
+      "times. Ties between equally frequent pairs go to the smallest pair of ids, so the result is\n"
+      "the same on every run and thread count. FILEs that are count files (from `tok-train count`)\n"
+      "are added up instead of read as text. A report goes to stderr at the end (--quiet: none).",
+      kExamples};
+
+  return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
+    auto t0 = std::chrono::steady_clock::now();
+    if (o.files.empty()) o.files.push_back("-");
+    if (o.threads == 0) o.threads = default_threads();
+    tok::WordCountMap counts;
+    std::string pre_name;
+    std::uint64_t bytes = 0, lines = 0;
+    LMP_TRY(gather(o, counts, pre_name, bytes, lines));
+    double count_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    cli::note(fmt::format("read {} in {} lines: {} distinct pre-tokens ({:.2f} s)",
+                          cli::human_bytes(static_cast<double>(bytes)), cli::with_commas(lines),
+                          cli::with_commas(counts.size()), count_secs));
+    if (count->parsed()) return io::write_file_atomic(o.output, tok::format_counts(counts, pre_name));
+
+    tok::BpeTrainerConfig cfg;
+    cfg.vocab_size = o.vocab_size;
+    cfg.min_frequency = o.min_frequency;
+    cfg.special_tokens = o.special_tokens;
+    if (o.limit_alphabet) cfg.limit_alphabet = o.limit_alphabet;
+    if (o.max_token_length) cfg.max_token_length = o.max_token_length;
+    cfg.initial_alphabet_bytes = o.initial_alphabet == "bytes";
+    LMP_ASSIGN(auto pre, tok::make_pre_tokenizer(pre_name));
+    tok::TrainReport rep;
+    cli::Progress progress("merging");
+    LMP_ASSIGN(auto t, tok::train_bpe(counts, cfg, std::move(pre), rep, [&](std::size_t done, std::size_t most) {
+                 progress.update(most ? static_cast<double>(done) / static_cast<double>(most) : 1.0,
+                                 cli::with_commas(done) + " merges");
+               }));
+    progress.done();
+    counts = tok::WordCountMap();
+    LMP_TRY(io::write_file_atomic(o.output, tok::to_tokenizer_json(*t)));
+    if (o.format == "gpt2") {
+      std::string dir = o.output == "-" ? "" : o.output.substr(0, o.output.find_last_of('/') + 1);
+      LMP_TRY(io::write_file_atomic(dir + "vocab.json", tok::to_vocab_json(*t)));
+      LMP_TRY(io::write_file_atomic(dir + "merges.txt", tok::to_merges_txt(*t)));
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string why;
+    switch (rep.stop) {
+      case tok::StopReason::vocab_full: why = fmt::format("vocabulary full ({} tokens)", cli::with_commas(rep.vocab)); break;
+      case tok::StopReason::min_frequency:
+        why = fmt::format("best pair count {} < min_frequency {} after {} merges", rep.stop_count, o.min_frequency,
+                          cli::with_commas(rep.merges));
+        break;
+      case tok::StopReason::no_pairs: why = fmt::format("no pairs left to merge after {} merges", cli::with_commas(rep.merges)); break;
+    }
+    if (rep.alphabet + o.special_tokens.size() >= o.vocab_size)
+      cli::warn(fmt::format("the alphabet ({} bytes) and specials fill the vocabulary size {}: no merges were "
+                            "possible; raise --vocab-size or set --limit-alphabet",
+                            rep.alphabet, o.vocab_size));
+    cli::note(fmt::format("stopped: {}", why));
+    cli::note(fmt::format("alphabet {}{}, merges {}, vocabulary {}", rep.alphabet,
+                          rep.alphabet_dropped ? fmt::format(" ({} dropped by --limit-alphabet)", rep.alphabet_dropped) : "",
+                          cli::with_commas(rep.merges), cli::with_commas(t->vocab_size())));
+    cli::note(fmt::format("time {:.2f} s, peak memory {}", secs, cli::human_bytes(static_cast<double>(cli::peak_rss_bytes()))));
+    return {};
+  });
+}
