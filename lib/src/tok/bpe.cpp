@@ -6,16 +6,15 @@
 namespace lmp::tok {
 
 namespace {
-Status index_tokens(const std::vector<std::string>& tokens,
-                    std::unordered_map<std::string_view, TokenId>& ids,
+Status index_tokens(const std::vector<std::string>& tokens, StringIdMap& ids,
                     std::array<TokenId, 256>& byte_ids) {
-  ids.reserve(tokens.size() * 2);
+  ids.reserve(tokens.size());
   byte_ids.fill(-1);
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::string& t = tokens[i];
     if (t.empty()) continue;
     // On duplicate byte strings the first id wins, as in HF's reverse lookup.
-    ids.emplace(std::string_view(t), static_cast<TokenId>(i));
+    ids.insert(std::string_view(t), static_cast<TokenId>(i));
     if (t.size() == 1 && byte_ids[static_cast<unsigned char>(t[0])] < 0)
       byte_ids[static_cast<unsigned char>(t[0])] = static_cast<TokenId>(i);
   }

@@ -1,9 +1,11 @@
 // Tokenizer files: HF tokenizer.json, GPT-2 vocab.json + merges.txt, tiktoken ranks.
 #include <algorithm>
+#include <cstdio>
 #include <unordered_map>
 
 #include "lmpipe/core/io.h"
 #include "lmpipe/core/json.h"
+#include "lmpipe/core/string_map.h"
 #include "lmpipe/text/unicode.h"
 #include "lmpipe/tok/byte_level.h"
 #include "lmpipe/tok/tokenizer.h"
@@ -176,8 +178,8 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(const std::string& text, 
 
   json::Value vocab = model.get("vocab");
   if (!vocab.is_object()) return make_error(Errc::parse, "{}: model.vocab must be an object", model.where());
-  std::unordered_map<std::string_view, TokenId> text_ids;
-  text_ids.reserve(vocab.size() * 2);
+  StringIdMap text_ids;
+  text_ids.reserve(vocab.size());
   std::vector<std::string> tokens;
   std::int64_t max_id = -1;
   for (std::size_t i = 0; i < vocab.size(); ++i) {
@@ -197,7 +199,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(const std::string& text, 
   for (std::size_t i = 0; i < vocab.size(); ++i) {
     auto id = static_cast<TokenId>(*vocab.val(i).integer());
     std::string_view key = vocab.key(i).str();
-    if (!text_ids.emplace(key, id).second)
+    if (!text_ids.insert(key, id))
       return make_error(Errc::parse, "{}: duplicate vocab entry {}", vocab.key(i).where(), quote(key));
     auto& slot = tokens[static_cast<std::size_t>(id)];
     if (!slot.empty())
@@ -207,6 +209,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(const std::string& text, 
 
   json::Value merges = model.get("merges");
   std::vector<std::pair<TokenId, TokenId>> pairs;
+  std::vector<json::Value> merge_where;
   if (merges.valid() && !merges.is_null()) {
     if (!merges.is_array()) return make_error(Errc::parse, "{}: model.merges must be an array", merges.where());
     pairs.reserve(merges.size());
@@ -227,22 +230,26 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(const std::string& text, 
       } else {
         return make_error(Errc::parse, "{}: merge {} must be \"a b\" or [\"a\", \"b\"]", m.where(), r + 1);
       }
-      auto ia = text_ids.find(a), ib = text_ids.find(b);
-      if (ia == text_ids.end())
+      TokenId ia = text_ids.find(a), ib = text_ids.find(b);
+      if (ia < 0)
         return make_error(Errc::parse, "{}: merge {}: token {} is not in the vocabulary", m.where(), r + 1, quote(a));
-      if (ib == text_ids.end())
+      if (ib < 0)
         return make_error(Errc::parse, "{}: merge {}: token {} is not in the vocabulary", m.where(), r + 1, quote(b));
-      std::string joined = std::string(a) + std::string(b);
-      if (!text_ids.count(joined))
-        return make_error(Errc::parse, "{}: merge {}: merged token {} is not in the vocabulary", m.where(),
-                          r + 1, quote(joined));
-      pairs.emplace_back(ia->second, ib->second);
+      pairs.emplace_back(ia, ib);
+      merge_where.push_back(m);
     }
   }
   json::Value im = model.get("ignore_merges");
   bool ignore_merges = im.is_bool() && im.boolean();
   auto built = BpeModel::build(std::move(tokens), pairs, ignore_merges);
-  if (!built.ok()) return with_context(std::move(built).error(), name);
+  if (!built.ok()) {
+    // "merge N: ..." → locate merge N in the file.
+    std::string msg = built.error().message;
+    std::size_t r = 0;
+    if (std::sscanf(msg.c_str(), "merge %zu:", &r) == 1 && r >= 1 && r <= merge_where.size())
+      return make_error(Errc::parse, "{}: {}", merge_where[r - 1].where(), msg);
+    return with_context(std::move(built).error(), name);
+  }
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
   return std::make_unique<Tokenizer>(std::move(built).value(), std::move(spec.pre), norm,
                                      spec.prefix_space, std::move(added), std::move(info));
@@ -256,7 +263,8 @@ Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_path
   LMP_ASSIGN(auto doc, json::Document::parse(std::move(vtext), vocab_path));
   json::Value vocab = doc->root();
   if (!vocab.is_object()) return make_error(Errc::parse, "{}: vocab.json must be an object of token → id", vocab_path);
-  std::unordered_map<std::string_view, TokenId> text_ids;
+  StringIdMap text_ids;
+  text_ids.reserve(vocab.size());
   std::int64_t max_id = -1;
   for (std::size_t i = 0; i < vocab.size(); ++i) {
     auto id = vocab.val(i).integer();
@@ -272,7 +280,7 @@ Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_path
   for (std::size_t i = 0; i < vocab.size(); ++i) {
     auto id = static_cast<TokenId>(*vocab.val(i).integer());
     std::string_view key = vocab.key(i).str();
-    if (!text_ids.emplace(key, id).second)
+    if (!text_ids.insert(key, id))
       return make_error(Errc::parse, "{}: duplicate token {}", vocab.key(i).where(), quote(key));
     if (key.size() > 4 && key.substr(0, 2) == "<|" && key.substr(key.size() - 2) == "|>") {
       added.push_back(AddedToken{std::string(key), id, true, false, false, false, false});
@@ -295,15 +303,16 @@ Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_path
     if (sp == std::string_view::npos || line.find(' ', sp + 1) != std::string_view::npos)
       return make_error(Errc::parse, "{}:{}: expected two tokens separated by one space", merges_path, line_no);
     std::string_view a = line.substr(0, sp), b = line.substr(sp + 1);
-    auto ia = text_ids.find(a), ib = text_ids.find(b);
-    if (ia == text_ids.end())
-      return make_error(Errc::parse, "{}:{}: token {} is not in the vocabulary", merges_path, line_no, quote(a));
-    if (ib == text_ids.end())
-      return make_error(Errc::parse, "{}:{}: token {} is not in the vocabulary", merges_path, line_no, quote(b));
-    if (!text_ids.count(std::string(a) + std::string(b)))
+    TokenId ia = text_ids.find(a), ib = text_ids.find(b);
+    if (ia < 0) return make_error(Errc::parse, "{}:{}: token {} is not in the vocabulary", merges_path, line_no, quote(a));
+    if (ib < 0) return make_error(Errc::parse, "{}:{}: token {} is not in the vocabulary", merges_path, line_no, quote(b));
+    std::string joined;
+    joined.reserve(a.size() + b.size());
+    joined.append(a).append(b);
+    if (text_ids.find(joined) < 0)
       return make_error(Errc::parse, "{}:{}: merged token {} is not in the vocabulary", merges_path, line_no,
-                        quote(std::string(a) + std::string(b)));
-    pairs.emplace_back(ia->second, ib->second);
+                        quote(joined));
+    pairs.emplace_back(ia, ib);
   }
   auto built = BpeModel::build(std::move(tokens), pairs, false);
   if (!built.ok()) return with_context(std::move(built).error(), merges_path);
@@ -428,6 +437,22 @@ Result<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& path, const 
                                      std::move(added), std::move(info));
 }
 
+namespace {
+// A tokenizer.json has "model": { ... }; a GPT-2 vocab.json may have a token "model",
+// but its value is a number.
+bool looks_like_tokenizer_json(std::string_view text) {
+  for (std::size_t p = text.find("\"model\""); p != std::string_view::npos; p = text.find("\"model\"", p + 1)) {
+    std::size_t i = p + 7;
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) ++i;
+    if (i >= text.size() || text[i] != ':') continue;
+    ++i;
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) ++i;
+    if (i < text.size() && text[i] == '{') return true;
+  }
+  return false;
+}
+}  // namespace
+
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, const LoadOptions& opts) {
   // "vocab.json:merges.txt" names the GPT-2 pair explicitly.
   auto colon = path.find(':');
@@ -440,7 +465,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, const
   while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) ++i;
   if (i < text.size() && text[i] == '{') {
     // A tokenizer.json has a "model"; a GPT-2 vocab.json maps tokens to ids.
-    if (text.find("\"model\"") != std::string::npos) return load_tokenizer_json(text, path);
+    if (looks_like_tokenizer_json(text)) return load_tokenizer_json(text, path);
     std::string dir = path.substr(0, path.size() - base.size());
     return load_gpt2_files(path, dir + "merges.txt");
   }

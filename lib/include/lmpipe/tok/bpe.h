@@ -17,6 +17,7 @@
 
 #include "lmpipe/core/flat_map.h"
 #include "lmpipe/core/result.h"
+#include "lmpipe/core/string_map.h"
 #include "lmpipe/tok/types.h"
 
 namespace lmp::tok {
@@ -52,10 +53,7 @@ class BpeModel {
 
   std::size_t vocab_size() const { return tokens_.size(); }
   const std::string& token(TokenId id) const { return tokens_[static_cast<std::size_t>(id)]; }
-  TokenId find(std::string_view bytes) const {
-    auto it = ids_.find(bytes);
-    return it == ids_.end() ? -1 : it->second;
-  }
+  TokenId find(std::string_view bytes) const { return ids_.find(bytes); }
   const MergeInfo* merge(TokenId a, TokenId b) const { return merges_.find(pair_key(a, b)); }
   // Merges in rank order, as (left, right) ids.
   const std::vector<std::pair<TokenId, TokenId>>& merge_list() const { return merge_list_; }
@@ -73,7 +71,7 @@ class BpeModel {
   static constexpr std::uint32_t kNoRank = 0xFFFFFFFFu;
 
   std::vector<std::string> tokens_;                       // (n_vocab) raw bytes
-  std::unordered_map<std::string_view, TokenId> ids_;     // bytes → id (views into tokens_)
+  StringIdMap ids_;                                       // bytes → id (views into tokens_)
   FlatMap64<MergeInfo> merges_;                           // pair_key(a, b) → merge
   std::vector<std::pair<TokenId, TokenId>> merge_list_;   // (n_merges) in rank order
   std::array<TokenId, 256> byte_ids_{};                   // single-byte tokens, -1 if absent
