@@ -1,1 +1,105 @@
 #include <catch2/catch.hpp>
+
+#include <random>
+
+#include "lmpipe/tok/bpe.h"
+
+using namespace lmp;
+using namespace lmp::tok;
+
+namespace {
+// All 256 bytes, then the given multi-byte tokens.
+std::vector<std::string> byte_vocab(std::vector<std::string> extra) {
+  std::vector<std::string> v;
+  for (int b = 0; b < 256; ++b) v.emplace_back(1, static_cast<char>(b));
+  for (auto& e : extra) v.push_back(std::move(e));
+  return v;
+}
+
+std::vector<std::string> as_strings(const BpeModel& m, const std::vector<TokenId>& ids) {
+  std::vector<std::string> out;
+  for (TokenId id : ids) out.push_back(m.token(id));
+  return out;
+}
+
+// The definition: repeatedly merge the leftmost lowest-ranked adjacent pair.
+std::vector<TokenId> reference_encode(const BpeModel& m, std::string_view s) {
+  std::vector<TokenId> sym;
+  for (char c : s) sym.push_back(m.byte_token(static_cast<unsigned char>(c)));
+  for (;;) {
+    std::size_t best = sym.size();
+    std::uint32_t br = 0xFFFFFFFFu;
+    for (std::size_t i = 0; i + 1 < sym.size(); ++i) {
+      const MergeInfo* mi = m.merge(sym[i], sym[i + 1]);
+      if (mi && mi->rank < br) {
+        br = mi->rank;
+        best = i;
+      }
+    }
+    if (best == sym.size()) return sym;
+    sym[best] = m.merge(sym[best], sym[best + 1])->id;
+    sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  }
+}
+}  // namespace
+
+TEST_CASE("BPE applies merges by rank: abcd -> ab|cd -> abcd", "[tok][bpe]") {
+  auto v = byte_vocab({"ab", "cd", "abcd", "bc"});
+  TokenId a = 'a', b = 'b', c = 'c', d = 'd', ab = 256, cd = 257, bc = 259;
+  auto m = BpeModel::build(v, {{a, b}, {c, d}, {ab, cd}, {b, c}}, false);
+  REQUIRE(m.ok());
+  BpeScratch s;
+  std::vector<TokenId> out;
+  m.value().encode("abcd", out, s);
+  CHECK(as_strings(m.value(), out) == std::vector<std::string>{"abcd"});
+  out.clear();
+  m.value().encode("bcd", out, s);  // (c,d) outranks (b,c)
+  CHECK(as_strings(m.value(), out) == std::vector<std::string>{"b", "cd"});
+  (void)bc;
+}
+
+TEST_CASE("BPE rejects merges whose result is not a token", "[tok][bpe]") {
+  auto v = byte_vocab({});
+  auto m = BpeModel::build(v, {{'x', 'y'}}, false);
+  REQUIRE_FALSE(m.ok());
+  CHECK(m.error().message.find("merge 1") != std::string::npos);
+}
+
+TEST_CASE("tiktoken ranks: the rank of the concatenation is the priority", "[tok][bpe]") {
+  auto v = byte_vocab({"ab", "bc", "abc"});
+  auto m = BpeModel::build_from_ranks(v);
+  REQUIRE(m.ok());
+  BpeScratch s;
+  std::vector<TokenId> out;
+  m.value().encode("abc", out, s);  // whole piece is a token
+  CHECK(as_strings(m.value(), out) == std::vector<std::string>{"abc"});
+  out.clear();
+  m.value().encode("abcb", out, s);  // ab (256) before bc (257), then abc (258)
+  CHECK(as_strings(m.value(), out) == std::vector<std::string>{"abc", "b"});
+}
+
+TEST_CASE("long pieces (heap path) encode as the definition says", "[tok][bpe][property]") {
+  auto v = byte_vocab({"aa", "ab", "ba", "aaaa", "abab", "aab", "bb"});
+  auto id = [&](const char* t) {
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (v[i] == t) return static_cast<TokenId>(i);
+    return TokenId{-1};
+  };
+  std::vector<std::pair<TokenId, TokenId>> merges = {{id("a"), id("b")},  {id("a"), id("a")},
+                                                     {id("ab"), id("ab")}, {id("aa"), id("aa")},
+                                                     {id("b"), id("a")},  {id("aa"), id("b")},
+                                                     {id("b"), id("b")}};
+  auto m = BpeModel::build(v, merges, false);
+  REQUIRE(m.ok());
+  std::mt19937 rng(7);
+  BpeScratch s;
+  for (int t = 0; t < 500; ++t) {
+    std::string w;
+    std::size_t n = 1 + static_cast<std::size_t>(rng() % 300);
+    for (std::size_t i = 0; i < n; ++i) w += "ab"[rng() % 2];
+    std::vector<TokenId> out;
+    m.value().encode(w, out, s);
+    INFO("input " << w);
+    REQUIRE(out == reference_encode(m.value(), w));
+  }
+}

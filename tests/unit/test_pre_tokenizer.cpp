@@ -1,1 +1,85 @@
 #include <catch2/catch.hpp>
+
+#include <random>
+
+#include "lmpipe/tok/pre_tokenizer.h"
+
+using namespace lmp;
+using namespace lmp::tok;
+
+namespace {
+std::vector<std::string> pieces(const PreTokenizer& p, std::string_view s) {
+  std::vector<Range> r;
+  p.split(s, r);
+  std::vector<std::string> out;
+  for (auto x : r) out.emplace_back(s.substr(x.begin, x.end - x.begin));
+  return out;
+}
+
+// Random text from characters that exercise every branch of the split regexes.
+std::string random_text(std::mt19937& rng, std::size_t n) {
+  static const std::vector<std::string> alphabet = {
+      "a", "Z", "e", "s", "t", "'", "'", " ", " ", " ", "\t", "\n", "\r", "\r\n", "1", "23", "\xd9\xa3" /*٣*/,
+      "\xc2\xbd" /*½*/, ".", ",", "!", "-", "(", "/", "\xc3\xa9", "\xe4\xb8\xad" /*中*/, "\xe6\x96\x87",
+      "\xcc\x81" /*combining acute*/, "\xc2\xa0" /*nbsp*/, "\xc2\x85" /*NEL*/, "\x0b", "\xe2\x80\x83" /*em space*/,
+      "\xf0\x9f\x98\x80" /*emoji*/, "S", "LL", "RE", "ve", "\xe3\x81\x82" /*hiragana*/, "_", "\xd0\x96" /*Ж*/};
+  std::string s;
+  std::uniform_int_distribution<std::size_t> pick(0, alphabet.size() - 1);
+  for (std::size_t i = 0; i < n; ++i) s += alphabet[pick(rng)];
+  return s;
+}
+}  // namespace
+
+TEST_CASE("gpt2 split matches GPT-2's regex on hand-checked cases", "[tok][pre]") {
+  auto p = make_pre_tokenizer("gpt2");
+  REQUIRE(p.ok());
+  CHECK(pieces(*p.value(), "Hello world") == std::vector<std::string>{"Hello", " world"});
+  CHECK(pieces(*p.value(), "I'm  here!!\n") == std::vector<std::string>{"I", "'m", " ", " here", "!!", "\n"});
+  CHECK(pieces(*p.value(), "a   b") == std::vector<std::string>{"a", "  ", " b"});
+  CHECK(pieces(*p.value(), "x123 45") == std::vector<std::string>{"x", "123", " 45"});
+  CHECK(pieces(*p.value(), "end  ") == std::vector<std::string>{"end", "  "});
+}
+
+TEST_CASE("cl100k split: digits in threes, apostrophes case-insensitive, newlines", "[tok][pre]") {
+  auto p = make_pre_tokenizer("cl100k");
+  REQUIRE(p.ok());
+  CHECK(pieces(*p.value(), "1234567") == std::vector<std::string>{"123", "456", "7"});
+  CHECK(pieces(*p.value(), "I'M (ok)") == std::vector<std::string>{"I", "'M", " (", "ok", ")"});
+  CHECK(pieces(*p.value(), "a\n\n  b") == std::vector<std::string>{"a", "\n\n", " ", " b"});
+  CHECK(pieces(*p.value(), "x  \n y") == std::vector<std::string>{"x", "  \n", " y"});
+}
+
+TEST_CASE("hand-written scanners agree with the ICU regex engine", "[tok][pre][property]") {
+  for (auto [name, pattern] : {std::pair<const char*, std::string_view>{"gpt2", kGpt2Pattern},
+                               std::pair<const char*, std::string_view>{"cl100k", kCl100kPattern}}) {
+    auto fast = make_pre_tokenizer(name);
+    auto slow = make_icu_regex_pre_tokenizer(pattern);
+    REQUIRE(fast.ok());
+    REQUIRE(slow.ok());
+    std::mt19937 rng(1234);
+    for (int i = 0; i < 3000; ++i) {
+      std::string s = random_text(rng, 1 + static_cast<std::size_t>(i % 40));
+      INFO(name << " case " << i << ": '" << s << "'");
+      REQUIRE(pieces(*fast.value(), s) == pieces(*slow.value(), s));
+    }
+  }
+}
+
+TEST_CASE("whitespace pre-tokenizer keeps words and punctuation runs", "[tok][pre]") {
+  auto p = make_pre_tokenizer("whitespace");
+  REQUIRE(p.ok());
+  CHECK(pieces(*p.value(), "Hello, world!!  ok_1") == std::vector<std::string>{"Hello", ",", "world", "!!", "ok_1"});
+}
+
+TEST_CASE("pre-tokenizers cover invalid UTF-8 without losing bytes", "[tok][pre]") {
+  for (const char* name : {"gpt2", "cl100k", "none"}) {
+    auto p = make_pre_tokenizer(name);
+    REQUIRE(p.ok());
+    std::string s = "ab\xff\xfe cd\xc3 \x80\xe4\xb8";
+    std::string joined;
+    for (auto& x : pieces(*p.value(), s)) joined += x;
+    CHECK(joined == s);
+  }
+  CHECK_FALSE(make_pre_tokenizer("nope").ok());
+  CHECK_FALSE(make_icu_regex_pre_tokenizer("(unclosed").ok());
+}

@@ -1,1 +1,101 @@
 #include <catch2/catch.hpp>
+
+#include <random>
+
+#include "lmpipe/tok/bpe_trainer.h"
+#include "lmpipe/tok/tokenizer.h"
+
+using namespace lmp;
+using namespace lmp::tok;
+
+namespace {
+std::unique_ptr<Tokenizer> small_tokenizer(const char* pre_name, bool all_bytes) {
+  auto pre = make_pre_tokenizer(pre_name);
+  REQUIRE(pre.ok());
+  WordCounter wc(*pre.value(), 1);
+  wc.add("the quick brown fox jumps over the lazy dog\nthe dog sleeps 12345\n中文字符 中文\n");
+  BpeTrainerConfig cfg;
+  cfg.vocab_size = 320;
+  cfg.initial_alphabet_bytes = all_bytes;
+  cfg.special_tokens = {"<|endoftext|>"};
+  TrainReport rep;
+  auto t = train_bpe(wc.take(), cfg, std::move(pre).value(), rep);
+  REQUIRE(t.ok());
+  return std::move(t).value();
+}
+
+std::vector<TokenId> encode(const Tokenizer& t, std::string_view s, bool special = true) {
+  Session sess(t);
+  std::vector<TokenId> ids;
+  t.encode(s, ids, sess, special);
+  return ids;
+}
+}  // namespace
+
+TEST_CASE("decode(encode(x)) == x for random bytes", "[tok][property]") {
+  for (const char* pre : {"gpt2", "cl100k", "none"}) {
+    auto t = small_tokenizer(pre, true);
+    std::mt19937 rng(99);
+    for (int i = 0; i < 2000; ++i) {
+      std::string s;
+      std::size_t n = rng() % 64;
+      for (std::size_t k = 0; k < n; ++k) s += static_cast<char>(rng() % 4 == 0 ? rng() % 256 : "the dog 中\n"[rng() % 11]);
+      auto ids = encode(*t, s, false);
+      std::string back;
+      REQUIRE(t->decode(ids.data(), ids.size(), back).ok());
+      INFO(pre << " case " << i);
+      REQUIRE(back == s);
+    }
+  }
+}
+
+TEST_CASE("special tokens are matched in text unless asked not to", "[tok]") {
+  auto t = small_tokenizer("gpt2", true);
+  auto ids = encode(*t, "dog<|endoftext|>the");
+  CHECK(std::count(ids.begin(), ids.end(), 0) == 1);
+  auto plain = encode(*t, "dog<|endoftext|>the", false);
+  CHECK(std::count(plain.begin(), plain.end(), 0) == 0);
+  std::string back;
+  REQUIRE(t->decode(ids.data(), ids.size(), back, true).ok());
+  CHECK(back == "dogthe");
+}
+
+TEST_CASE("a written tokenizer.json loads back and encodes the same", "[tok]") {
+  auto t = small_tokenizer("cl100k", false);
+  std::string j = to_tokenizer_json(*t);
+  auto back = load_tokenizer_json(j, "t.json");
+  REQUIRE(back.ok());
+  std::string text = "the lazy fox 12345 中文 sleeps";
+  CHECK(encode(*back.value(), text) == encode(*t, text));
+  CHECK(to_tokenizer_json(*back.value()) == j);
+}
+
+TEST_CASE("bytes outside a limited alphabet are dropped and counted", "[tok]") {
+  auto t = small_tokenizer("gpt2", false);
+  Session s(*t);
+  std::vector<TokenId> ids;
+  t->encode("the Z", ids, s);
+  CHECK(s.dropped_bytes() == 1);
+}
+
+TEST_CASE("malformed tokenizer files give located errors", "[tok][errors]") {
+  auto e1 = load_tokenizer_json("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]},\n"
+                                "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+                                "x.json");
+  REQUIRE_FALSE(e1.ok());
+  CHECK(e1.error().message.find("x.json:1:") != std::string::npos);
+  CHECK(e1.error().message.find("'b'") == std::string::npos);
+  CHECK(e1.error().message.find("\"b\" is not in the vocabulary") != std::string::npos);
+  auto e2 = load_tokenizer_json("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]},"
+                                "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+                                "y.json");
+  REQUIRE_FALSE(e2.ok());
+  CHECK(e2.error().message.find("merged token") != std::string::npos);
+  auto e3 = load_tokenizer_json("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "z.json");
+  REQUIRE_FALSE(e3.ok());
+  CHECK(e3.error().message.find("WordPiece") != std::string::npos);
+  auto e4 = load_tokenizer_json("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}}, \"decoder\": {\"type\": \"ByteLevel\"}}", "w.json");
+  REQUIRE_FALSE(e4.ok());
+  auto e5 = load_tokenizer_json("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 99999999}}, \"decoder\": {\"type\": \"ByteLevel\"}}", "s.json");
+  REQUIRE_FALSE(e5.ok());  // sparse ids: no 400 MB allocation from a lying file
+}

@@ -5,7 +5,6 @@
 
 #include <array>
 #include <mutex>
-#include <unordered_map>
 
 #include "lmpipe/text/unicode.h"
 
@@ -264,11 +263,14 @@ class IcuRegexPreTokenizer final : public PreTokenizer {
     p->behavior_ = b;
     return std::unique_ptr<PreTokenizer>(std::move(p));
   }
-  ~IcuRegexPreTokenizer() override { uregex_close(proto_); }
+  ~IcuRegexPreTokenizer() override {
+    for (URegularExpression* c : pool_) uregex_close(c);
+    uregex_close(proto_);
+  }
 
   void split(std::string_view s, std::vector<Range>& out) const override {
     if (s.empty()) return;
-    URegularExpression* re = thread_clone();
+    URegularExpression* re = acquire();
     UErrorCode st = U_ZERO_ERROR;
     UText* ut = utext_openUTF8(nullptr, s.data(), static_cast<int64_t>(s.size()), &st);
     uregex_setUText(re, ut, &st);
@@ -280,6 +282,7 @@ class IcuRegexPreTokenizer final : public PreTokenizer {
       if (e > b) matches.push_back({b, e});
     }
     utext_close(ut);
+    release(re);
     emit(matches, static_cast<std::uint32_t>(s.size()), out);
   }
   std::string_view name() const override { return "regex"; }
@@ -288,15 +291,24 @@ class IcuRegexPreTokenizer final : public PreTokenizer {
  private:
   IcuRegexPreTokenizer() = default;
 
-  URegularExpression* thread_clone() const {
-    thread_local std::unordered_map<const void*, URegularExpression*> clones;
-    auto it = clones.find(this);
-    if (it != clones.end()) return it->second;
+  // A URegularExpression is not thread-safe: each call borrows a clone from a pool.
+  URegularExpression* acquire() const {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!pool_.empty()) {
+        URegularExpression* c = pool_.back();
+        pool_.pop_back();
+        return c;
+      }
+    }
     UErrorCode st = U_ZERO_ERROR;
     URegularExpression* c = uregex_clone(proto_, &st);
     LMP_ASSERT(U_SUCCESS(st));
-    clones.emplace(this, c);
     return c;
+  }
+  void release(URegularExpression* c) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_.push_back(c);
   }
 
   void emit(const std::vector<Range>& m, std::uint32_t n, std::vector<Range>& out) const {
@@ -335,6 +347,8 @@ class IcuRegexPreTokenizer final : public PreTokenizer {
   }
 
   URegularExpression* proto_ = nullptr;
+  mutable std::mutex mu_;
+  mutable std::vector<URegularExpression*> pool_;
   std::string pattern_;
   SplitBehavior behavior_ = SplitBehavior::isolated;
 };
