@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app;
   app.add_option("FILE", o.files, "training text (UTF-8, one sequence per line) or count files");
-  app.add_option("-o,--output", o.output, "tokenizer.json to write (atomically); '-' for standard output")->required();
+  app.add_option("-o,--output", o.output, "tokenizer.json to write (atomically); '-' for standard output (required)");
   app.add_option("-m,--model", o.model, "model to train: bpe (byte-level BPE)")->check(CLI::IsMember({"bpe"}));
   app.add_option("-V,--vocab-size", o.vocab_size, "target vocabulary size, specials and alphabet included (30000)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
@@ -106,9 +106,11 @@ int main(int argc, char** argv) {
   app.add_option("-j,--threads", o.threads, "counting threads (default: the number of cores)")->check(CLI::Range(1, 256));
 
   // `tok-train count`: the map step of a sharded run.
+  bool count_quiet = false;
   CLI::App* count = app.add_subcommand("count", "count pre-tokens into a count file (no training)");
   count->add_option("FILE", o.files, "text files");
-  count->add_option("-o,--output", o.output, "count file to write; '-' for standard output")->required();
+  count->add_option("-o,--output", o.output, "count file to write; '-' for standard output (required)");
+  count->add_flag("-q,--quiet", count_quiet, "no progress or report on stderr");
   count->add_option("-P,--pre-tokenizer", o.pre_tokenizer, "as for training")
       ->check(CLI::IsMember({"gpt2", "cl100k", "llama3", "o200k", "whitespace", "none"}));
   count->add_option("-j,--threads", o.threads, "counting threads")->check(CLI::Range(1, 256));
@@ -125,6 +127,8 @@ int main(int argc, char** argv) {
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
     auto t0 = std::chrono::steady_clock::now();
+    if (count_quiet) cli::set_quiet(true);
+    if (o.output.empty()) throw cli::UsageError("--output is required");
     if (o.files.empty()) o.files.push_back("-");
     if (o.threads == 0) o.threads = default_threads();
     tok::WordCountMap counts;

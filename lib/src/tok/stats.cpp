@@ -4,6 +4,7 @@
 
 #include "lmpipe/core/json.h"
 #include "lmpipe/text/unicode.h"
+#include "lmpipe/tok/byte_level.h"
 
 namespace lmp::tok {
 
@@ -38,10 +39,10 @@ void EncodeStats::add_line(std::string_view text, std::size_t n_tokens, const st
     if (!has_word_char) continue;
     ++words;
     word_tokens += p.n_tokens;
-    if (p.n_tokens >= 3) {
-      auto it = frag_.find(std::string(w));
+    if (p.n_tokens >= 3) {  // keyed by the whole pre-token, so its split can be shown
+      auto it = frag_.find(std::string(p.text));
       if (it != frag_.end()) ++it->second.count;
-      else if (frag_.size() < kMaxTracked) frag_.emplace(std::string(w), WordInfo{1, p.n_tokens});
+      else if (frag_.size() < kMaxTracked) frag_.emplace(std::string(p.text), WordInfo{1, p.n_tokens});
     }
   }
 }
@@ -89,7 +90,12 @@ std::string printable(std::string_view w) {
     if (u < 0x20 || u == 0x7F) o += fmt::format("\\x{:02x}", u);
     else o += c;
   }
-  return text::is_valid_utf8(o) ? o : o;
+  return o;
+}
+
+std::string_view trim(std::string_view w) {
+  while (!w.empty() && (w.front() == ' ' || w.front() == '\t')) w.remove_prefix(1);
+  return w;
 }
 
 std::string split_pieces(const Tokenizer& t, std::string_view w) {
@@ -100,7 +106,8 @@ std::string split_pieces(const Tokenizer& t, std::string_view w) {
   for (TokenId id : ids) {
     if (!o.empty()) o += " | ";
     auto p = t.piece(id);
-    o += printable(p ? *p : std::string_view("?"));
+    std::string_view v = p ? *p : std::string_view("?");
+    o += bytes_to_byte_level(v);  // as --pieces shows them (Ġ = space)
   }
   return o;
 }
@@ -121,7 +128,7 @@ std::string EncodeStats::report(const Tokenizer& t, std::size_t top) const {
   if (!frag.empty()) {
     o += fmt::format("most fragmented words (tokens, occurrences, word: pieces):\n");
     for (const auto& f : frag)
-      o += fmt::format("  {:3} {:8}  {}: {}\n", f.info.n_tokens, f.info.count, printable(f.word),
+      o += fmt::format("  {:3} {:8}  {}: {}\n", f.info.n_tokens, f.info.count, printable(trim(f.word)),
                        split_pieces(t, f.word));
   }
   return o;
@@ -138,7 +145,7 @@ std::string EncodeStats::report_json(const Tokenizer& t, std::size_t top) const 
   for (std::size_t i = 0; i < frag.size(); ++i) {
     if (i) o += ",";
     o += "{\"word\":";
-    json::append_string(o, frag[i].word);
+    json::append_string(o, trim(frag[i].word));
     o += fmt::format(",\"tokens\":{},\"count\":{},\"pieces\":", frag[i].info.n_tokens, frag[i].info.count);
     json::append_string(o, split_pieces(t, frag[i].word));
     o += "}";
