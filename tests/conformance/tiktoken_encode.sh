@@ -1,0 +1,10 @@
+#!/bin/sh
+# tok-encode gives exactly tiktoken's ids for the gpt2 and cl100k_base rank files.
+. "$(dirname "$0")/common.inc"
+for enc in gpt2 cl100k_base; do
+  for lang in en zh; do
+    "$bin/tok-encode" -t "$data/tokenizers/tiktoken/$enc.tiktoken" "$data/slices/${lang}_1M.txt" >"$work/out" || fail=1
+    check "tiktoken $enc $lang" "$data/golden/tiktoken/${enc}_${lang}_1M.ids" "$work/out"
+  done
+done
+exit $fail
