@@ -1,0 +1,18 @@
+# Sourced by scripts/demo and scripts/test: install what is missing from Debian 12's
+# packages (as root, or through sudo), and nothing when everything is there.
+lmp_install_deps() {
+  pkgs="g++ cmake ninja-build pkg-config libcli11-dev libfmt-dev libopenblas-dev libicu-dev catch2 $*"
+  missing=""
+  for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+  done
+  [ -z "$missing" ] && return 0
+  echo "installing:$missing" >&2
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null; then sudo=sudo; else
+      echo "error: missing packages:$missing (run as root, or install sudo)" >&2; return 1; fi
+  fi
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+}
