@@ -32,6 +32,8 @@ struct BpeScratch {
   std::vector<TokenId> sym;          // (n_symbols) current symbols of the piece
   std::vector<std::uint32_t> rank;   // (n_symbols - 1) rank of each adjacent pair
   std::vector<std::int32_t> prev, next;
+  std::vector<std::uint64_t> heap;   // (rank << 32 | position) min-heap for long pieces
+  std::vector<std::uint8_t> dead;
   std::uint64_t dropped_bytes = 0;   // bytes with no token in the vocabulary
 };
 
