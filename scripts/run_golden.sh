@@ -8,8 +8,8 @@
 # With UPDATE_GOLDEN=1 the expected files are rewritten from the actual output.
 # Usage: run_golden.sh CASE_DIR BIN_DIR
 set -u
-case_dir=$1
-bin_dir=$2
+case_dir=$(cd "$1" && pwd)
+bin_dir=$(cd "$2" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
