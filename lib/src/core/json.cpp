@@ -1,5 +1,7 @@
 #include "lmpipe/core/json.h"
 
+#include "lmpipe/text/unicode.h"
+
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -180,24 +182,6 @@ class Parser {
     return {};
   }
 
-  static void put_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   Result<std::uint32_t> hex4() {
     if (n_ - p_ < 4) return err("truncated \\u escape");
     std::uint32_t v = 0;
@@ -271,7 +255,7 @@ class Parser {
           } else if (cp >= 0xDC00 && cp < 0xE000) {
             return err("lone surrogate in \\u escape");
           }
-          put_utf8(out, cp);
+          text::append_utf8(out, cp);
           break;
         }
         default: return err("invalid escape");
