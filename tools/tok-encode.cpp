@@ -1,8 +1,7 @@
 // tok-encode: text → token ids (one line of ids per input line), and back with --decode.
-#include <thread>
-
 #include "common/cli.h"
 #include "lmpipe/core/npy.h"
+#include "lmpipe/core/parallel.h"
 #include "lmpipe/tok/byte_level.h"
 #include "lmpipe/tok/stats.h"
 #include "lmpipe/tok/tokenizer.h"
@@ -21,8 +20,7 @@ struct Options {
 
 // Shown for --pieces: the byte-level text HF tokenizers shows (Ġ for a space).
 std::string piece_text(const tok::Tokenizer& t, TokenId id) {
-  for (const auto& a : t.added_tokens())
-    if (a.id == id) return a.content;
+  if (const tok::AddedToken* a = t.added_token(id)) return a->content;
   auto p = t.piece(id);
   return p ? tok::bytes_to_byte_level(*p) : "?";
 }
@@ -79,23 +77,8 @@ Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, t
     for (;;) {
       LMP_ASSIGN(bool more, reader->next(chunk, chunk_bytes));
       if (!more) break;
-      std::string_view c = chunk;
-      // One slice per thread, cut at line ends.
-      std::vector<std::string_view> slices;
-      std::size_t start = 0;
-      for (int k = 0; k < o.threads; ++k) {
-        std::size_t target = c.size() * static_cast<std::size_t>(k + 1) / static_cast<std::size_t>(o.threads);
-        std::size_t end = target >= c.size() ? c.size() : c.find('\n', std::max(target, start));
-        end = end == std::string_view::npos ? c.size() : std::min(c.size(), end + 1);
-        slices.push_back(c.substr(start, end - start));
-        start = end;
-      }
-      std::vector<std::thread> pool;
-      for (std::size_t k = 1; k < slices.size(); ++k)
-        if (!slices[k].empty())
-          pool.emplace_back([&, k] { encode_slice(t, o, slices[k], *workers[k]); });
-      encode_slice(t, o, slices[0], *workers[0]);
-      for (auto& th : pool) th.join();
+      std::vector<std::string_view> slices = split_at_lines(chunk, o.threads);
+      run_parallel(slices.size(), [&](std::size_t k) { encode_slice(t, o, slices[k], *workers[k]); });
       for (std::size_t k = 0; k < slices.size(); ++k)
         if (out && !slices[k].empty()) LMP_TRY(out->write(workers[k]->out));
       if (reader->size_hint())

@@ -3,8 +3,8 @@
 . "$(dirname "$0")/common.inc"
 for enc in gpt2 cl100k_base; do
   for lang in en zh; do
-    "$bin/tok-encode" -t "$data/tokenizers/tiktoken/$enc.tiktoken" "$data/slices/${lang}_1M.txt" >"$work/out" || fail=1
-    check "tiktoken $enc $lang" "$data/golden/tiktoken/${enc}_${lang}_1M.ids" "$work/out"
+    encode_check "tiktoken $enc $lang" "$data/golden/tiktoken/${enc}_${lang}_1M.ids" "$data/slices/${lang}_1M.txt" \
+      -t "$data/tokenizers/tiktoken/$enc.tiktoken"
   done
 done
 exit $fail

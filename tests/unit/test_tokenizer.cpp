@@ -98,4 +98,8 @@ TEST_CASE("malformed tokenizer files give located errors", "[tok][errors]") {
   REQUIRE_FALSE(e4.ok());
   auto e5 = load_tokenizer_json("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 99999999}}, \"decoder\": {\"type\": \"ByteLevel\"}}", "s.json");
   REQUIRE_FALSE(e5.ok());  // sparse ids: no 400 MB allocation from a lying file
+  auto e6 = load_tokenizer_json("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"decoder\": {\"type\": \"ByteLevel\"},"
+                                "\"added_tokens\": [{\"id\": 2000000000, \"content\": \"<x>\", \"special\": true}]}", "a.json");
+  REQUIRE_FALSE(e6.ok());  // an added token's id sizes a table: no 16 GB from a lying file
+  CHECK(e6.error().message.find("far beyond the vocabulary") != std::string::npos);
 }

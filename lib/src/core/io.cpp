@@ -181,7 +181,7 @@ AtomicFile::~AtomicFile() {
 Status AtomicFile::write(std::string_view data) { return write_all(fd_, data, path_); }
 
 Status AtomicFile::commit() {
-  if (::fchmod(fd_, 0644) != 0) { /* keep mkstemp's 0600 if chmod is refused */ }
+  // mkstemp creates 0600; give the file the mode a plain open() would (0666 & ~umask).
   mode_t um = ::umask(0);
   ::umask(um);
   (void)::fchmod(fd_, 0666 & ~um);

@@ -13,7 +13,7 @@ Type Value::type() const { return doc_->nodes_[idx_].type; }
 std::string_view Value::str() const {
   const auto& n = doc_->nodes_[idx_];
   if (n.type != Type::string) return {};
-  if (doc_->in_arena_[idx_]) return doc_->arena_[n.a];
+  if (n.flag) return doc_->arena_[n.a];
   return std::string_view(doc_->src_).substr(n.a, n.b);
 }
 
@@ -101,7 +101,6 @@ class Parser {
     n.type = t;
     n.pos = static_cast<std::uint32_t>(p_);
     d_.nodes_.push_back(n);
-    d_.in_arena_.push_back(false);
     return static_cast<std::uint32_t>(d_.nodes_.size() - 1);
   }
 
@@ -220,7 +219,7 @@ class Parser {
       if (c == '"') {
         ++p_;
         d_.arena_.push_back(std::move(out));
-        d_.in_arena_[i] = true;
+        d_.nodes_[i].flag = true;
         d_.nodes_[i].a = static_cast<std::uint32_t>(d_.arena_.size() - 1);
         return {};
       }
@@ -320,7 +319,6 @@ Result<std::unique_ptr<Document>> Document::parse(std::string text, std::string 
   d->name_ = std::move(name);
   d->nodes_.reserve(d->src_.size() / 8 + 16);
   d->kids_.reserve(d->src_.size() / 8 + 16);
-  d->in_arena_.reserve(d->src_.size() / 8 + 16);
   Parser p(*d);
   LMP_TRY(p.run());
   return d;

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <limits>
-#include <thread>
 
 #include "lmpipe/core/flat_map.h"
+#include "lmpipe/core/parallel.h"
 #include "lmpipe/tok/byte_level.h"
 
 namespace lmp::tok {
@@ -39,26 +39,11 @@ void WordCounter::add(std::string_view chunk) {
     count_slice(chunk, maps_[0], ranges);
     return;
   }
-  // Cut the chunk into one slice per thread at line boundaries.
-  std::vector<std::string_view> slices;
-  std::size_t start = 0;
-  for (int t = 0; t < threads_; ++t) {
-    std::size_t target = chunk.size() * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads_);
-    std::size_t end = target >= chunk.size() ? chunk.size() : chunk.find('\n', target);
-    end = end == std::string_view::npos ? chunk.size() : std::min(chunk.size(), end + 1);
-    if (end < start) end = start;
-    slices.push_back(chunk.substr(start, end - start));
-    start = end;
-  }
-  std::vector<std::thread> pool;
-  for (std::size_t t = 1; t < slices.size(); ++t)
-    pool.emplace_back([this, &slices, t] {
-      std::vector<Range> ranges;
-      count_slice(slices[t], maps_[t], ranges);
-    });
-  std::vector<Range> ranges;
-  count_slice(slices[0], maps_[0], ranges);
-  for (auto& th : pool) th.join();
+  std::vector<std::string_view> slices = split_at_lines(chunk, threads_);
+  run_parallel(slices.size(), [&](std::size_t t) {
+    std::vector<Range> ranges;
+    count_slice(slices[t], maps_[t], ranges);
+  });
 }
 
 WordCountMap WordCounter::take() {

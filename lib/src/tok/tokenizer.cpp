@@ -29,7 +29,9 @@ Tokenizer::Tokenizer(BpeModel model, std::unique_ptr<PreTokenizer> pre, Normaliz
   std::stable_sort(added_.begin(), added_.end(), [](const AddedToken& a, const AddedToken& b) {
     return a.content.size() > b.content.size();
   });
-  std::size_t n = vocab_size();
+  vocab_size_ = model_.vocab_size();
+  for (const auto& a : added_) vocab_size_ = std::max(vocab_size_, static_cast<std::size_t>(a.id) + 1);
+  std::size_t n = vocab_size_;
   by_id_.assign(n, nullptr);
   for (const auto& a : added_) {
     if (a.id >= 0 && static_cast<std::size_t>(a.id) < n && !by_id_[static_cast<std::size_t>(a.id)])
@@ -38,17 +40,11 @@ Tokenizer::Tokenizer(BpeModel model, std::unique_ptr<PreTokenizer> pre, Normaliz
   }
 }
 
-std::size_t Tokenizer::vocab_size() const {
-  std::size_t n = model_.vocab_size();
-  for (const auto& a : added_) n = std::max(n, static_cast<std::size_t>(a.id) + 1);
-  return n;
-}
-
 std::optional<std::string_view> Tokenizer::piece(TokenId id) const {
   if (id < 0 || static_cast<std::size_t>(id) >= vocab_size()) return std::nullopt;
-  auto i = static_cast<std::size_t>(id);
-  if (i < by_id_.size() && by_id_[i]) return std::string_view(by_id_[i]->content);
-  if (i < model_.vocab_size() && !model_.token(id).empty()) return std::string_view(model_.token(id));
+  if (const AddedToken* a = added_token(id)) return std::string_view(a->content);
+  if (static_cast<std::size_t>(id) < model_.vocab_size() && !model_.token(id).empty())
+    return std::string_view(model_.token(id));
   return std::nullopt;
 }
 
@@ -145,12 +141,11 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<TokenId>& out, 
 Status Tokenizer::decode(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const {
   for (std::size_t k = 0; k < n; ++k) {
     TokenId id = ids[k];
-    auto i = static_cast<std::size_t>(id);
-    if (id >= 0 && i < by_id_.size() && by_id_[i]) {
-      if (!(skip_special && by_id_[i]->special)) out += by_id_[i]->content;
+    if (const AddedToken* a = added_token(id)) {
+      if (!(skip_special && a->special)) out += a->content;
       continue;
     }
-    if (id < 0 || i >= model_.vocab_size() || model_.token(id).empty())
+    if (id < 0 || static_cast<std::size_t>(id) >= model_.vocab_size() || model_.token(id).empty())
       return make_error(Errc::out_of_range, "token id {} is not in the vocabulary (size {})", id,
                         vocab_size());
     out += model_.token(id);

@@ -1,7 +1,9 @@
 // Tokenizer files: HF tokenizer.json, GPT-2 vocab.json + merges.txt, tiktoken ranks.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "lmpipe/core/io.h"
 #include "lmpipe/core/json.h"
@@ -151,6 +153,84 @@ Result<std::vector<AddedToken>> parse_added(json::Value list) {
   return out;
 }
 
+// A token → id object (model.vocab, vocab.json): `tokens[id]` holds the raw bytes,
+// `text_ids` maps the file's token text to its id. Entries for which `special(id, text)`
+// holds stay out of the model (they are added tokens). Ids are checked before anything
+// is allocated: a lying file cannot make us allocate in proportion to its largest id.
+struct Vocab {
+  std::vector<std::string> tokens;
+  StringIdMap text_ids;
+};
+
+template <class Special>
+Status parse_vocab(json::Value vocab, Vocab& v, Special&& special) {
+  std::int64_t max_id = -1;
+  for (std::size_t i = 0; i < vocab.size(); ++i) {
+    auto id = vocab.val(i).integer();
+    if (!id || *id < 0 || *id >= (std::int64_t{1} << 31) - 1)
+      return make_error(Errc::parse, "{}: id of {} must be a non-negative integer", vocab.val(i).where(),
+                        quote(vocab.key(i).str()));
+    max_id = std::max(max_id, *id);
+  }
+  if (max_id >= static_cast<std::int64_t>(vocab.size()) * 4 + 1024)
+    return make_error(Errc::parse, "{}: vocab ids are too sparse (largest id {} for {} tokens)", vocab.where(),
+                      max_id, vocab.size());
+  v.tokens.assign(static_cast<std::size_t>(max_id + 1), std::string());
+  v.text_ids.reserve(vocab.size());
+  std::vector<bool> used(v.tokens.size(), false);
+  for (std::size_t i = 0; i < vocab.size(); ++i) {
+    auto id = static_cast<TokenId>(*vocab.val(i).integer());
+    std::string_view key = vocab.key(i).str();
+    if (!v.text_ids.insert(key, id))
+      return make_error(Errc::parse, "{}: duplicate vocab entry {}", vocab.key(i).where(), quote(key));
+    if (used[static_cast<std::size_t>(id)])
+      return make_error(Errc::parse, "{}: id {} is given to two tokens", vocab.val(i).where(), id);
+    used[static_cast<std::size_t>(id)] = true;
+    if (!special(id, key)) v.tokens[static_cast<std::size_t>(id)] = vocab_bytes(key);
+  }
+  return {};
+}
+
+// Added tokens may take ids past the model's (Llama-3: 128000..128255), but not far past:
+// the tokenizer keeps a table as long as the largest id.
+Status check_added_ids(const std::vector<AddedToken>& added, std::size_t n_model, std::string_view where) {
+  std::size_t limit = n_model + added.size() + 1024;
+  for (const auto& a : added)
+    if (static_cast<std::size_t>(a.id) >= limit)
+      return make_error(Errc::parse, "{}: added token {} has id {}, far beyond the vocabulary ({} tokens)", where,
+                        quote(a.content), a.id, n_model);
+  return {};
+}
+
+// One merge given as the text of two tokens: their ids, or an error located by
+// `where()` — called only on error (locating a JSON node scans the file up to it).
+template <class Where>
+Result<std::pair<TokenId, TokenId>> resolve_merge(const StringIdMap& ids, std::string_view a, std::string_view b,
+                                                  Where&& where, std::size_t rank) {
+  TokenId ia = ids.find(a), ib = ids.find(b);
+  if (ia < 0) return make_error(Errc::parse, "{}: merge {}: token {} is not in the vocabulary", where(), rank, quote(a));
+  if (ib < 0) return make_error(Errc::parse, "{}: merge {}: token {} is not in the vocabulary", where(), rank, quote(b));
+  return std::pair<TokenId, TokenId>{ia, ib};
+}
+
+// "a b" → (a, b); nullopt unless exactly one space separates two non-empty tokens.
+std::optional<std::pair<std::string_view, std::string_view>> split_merge(std::string_view s) {
+  auto sp = s.find(' ');
+  if (sp == std::string_view::npos || sp == 0 || sp + 1 == s.size() ||
+      s.find(' ', sp + 1) != std::string_view::npos)
+    return std::nullopt;
+  return std::pair{s.substr(0, sp), s.substr(sp + 1)};
+}
+
+// BpeModel::build reports "merge N: ..."; put the place of merge N in front.
+template <class Where>
+Error locate_merge_error(Error e, std::size_t n_merges, Where&& where) {
+  std::size_t r = 0;
+  if (std::sscanf(e.message.c_str(), "merge %zu:", &r) == 1 && r >= 1 && r <= n_merges)
+    e.message = fmt::format("{}: {}", where(r - 1), e.message);
+  return e;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(const std::string& text, const std::string& name) {
@@ -178,78 +258,34 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(const std::string& text, 
 
   json::Value vocab = model.get("vocab");
   if (!vocab.is_object()) return make_error(Errc::parse, "{}: model.vocab must be an object", model.where());
-  StringIdMap text_ids;
-  text_ids.reserve(vocab.size());
-  std::vector<std::string> tokens;
-  std::int64_t max_id = -1;
-  for (std::size_t i = 0; i < vocab.size(); ++i) {
-    auto id = vocab.val(i).integer();
-    if (!id || *id < 0 || *id >= (std::int64_t{1} << 31) - 1)
-      return make_error(Errc::parse, "{}: vocab id of {} must be a non-negative integer",
-                        vocab.val(i).where(), quote(vocab.key(i).str()));
-    max_id = std::max(max_id, *id);
-  }
-  if (max_id >= static_cast<std::int64_t>(vocab.size()) * 4 + 1024)
-    return make_error(Errc::parse, "{}: vocab ids are too sparse (largest id {} for {} tokens)",
-                      vocab.where(), max_id, vocab.size());
-  tokens.resize(static_cast<std::size_t>(max_id + 1));
-  std::vector<bool> is_special(tokens.size(), false);
+  std::unordered_set<TokenId> special_ids;
   for (const auto& a : added)
-    if (a.special && static_cast<std::size_t>(a.id) < tokens.size()) is_special[static_cast<std::size_t>(a.id)] = true;
-  for (std::size_t i = 0; i < vocab.size(); ++i) {
-    auto id = static_cast<TokenId>(*vocab.val(i).integer());
-    std::string_view key = vocab.key(i).str();
-    if (!text_ids.insert(key, id))
-      return make_error(Errc::parse, "{}: duplicate vocab entry {}", vocab.key(i).where(), quote(key));
-    auto& slot = tokens[static_cast<std::size_t>(id)];
-    if (!slot.empty())
-      return make_error(Errc::parse, "{}: id {} is given to two tokens", vocab.val(i).where(), id);
-    if (!is_special[static_cast<std::size_t>(id)]) slot = vocab_bytes(key);
-  }
+    if (a.special) special_ids.insert(a.id);
+  Vocab v;
+  LMP_TRY(parse_vocab(vocab, v, [&](TokenId id, std::string_view) { return special_ids.count(id) > 0; }));
+  LMP_TRY(check_added_ids(added, v.tokens.size(), root.get("added_tokens").where()));
 
   json::Value merges = model.get("merges");
   std::vector<std::pair<TokenId, TokenId>> pairs;
-  std::vector<json::Value> merge_where;
   if (merges.valid() && !merges.is_null()) {
     if (!merges.is_array()) return make_error(Errc::parse, "{}: model.merges must be an array", merges.where());
     pairs.reserve(merges.size());
     for (std::size_t r = 0; r < merges.size(); ++r) {
       json::Value m = merges[r];
-      std::string_view a, b;
-      if (m.is_string()) {
-        std::string_view s = m.str();
-        auto sp = s.find(' ');
-        if (sp == std::string_view::npos || s.find(' ', sp + 1) != std::string_view::npos)
-          return make_error(Errc::parse, "{}: merge {} is not two tokens separated by one space: {}",
-                            m.where(), r + 1, quote(s));
-        a = s.substr(0, sp);
-        b = s.substr(sp + 1);
-      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-        a = m[0].str();
-        b = m[1].str();
-      } else {
+      std::optional<std::pair<std::string_view, std::string_view>> ab;
+      if (m.is_string()) ab = split_merge(m.str());
+      else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) ab = std::pair{m[0].str(), m[1].str()};
+      if (!ab)
         return make_error(Errc::parse, "{}: merge {} must be \"a b\" or [\"a\", \"b\"]", m.where(), r + 1);
-      }
-      TokenId ia = text_ids.find(a), ib = text_ids.find(b);
-      if (ia < 0)
-        return make_error(Errc::parse, "{}: merge {}: token {} is not in the vocabulary", m.where(), r + 1, quote(a));
-      if (ib < 0)
-        return make_error(Errc::parse, "{}: merge {}: token {} is not in the vocabulary", m.where(), r + 1, quote(b));
-      pairs.emplace_back(ia, ib);
-      merge_where.push_back(m);
+      LMP_ASSIGN(auto pair, resolve_merge(v.text_ids, ab->first, ab->second, [&] { return m.where(); }, r + 1));
+      pairs.push_back(pair);
     }
   }
   json::Value im = model.get("ignore_merges");
   bool ignore_merges = im.is_bool() && im.boolean();
-  auto built = BpeModel::build(std::move(tokens), pairs, ignore_merges);
-  if (!built.ok()) {
-    // "merge N: ..." → locate merge N in the file.
-    std::string msg = built.error().message;
-    std::size_t r = 0;
-    if (std::sscanf(msg.c_str(), "merge %zu:", &r) == 1 && r >= 1 && r <= merge_where.size())
-      return make_error(Errc::parse, "{}: {}", merge_where[r - 1].where(), msg);
-    return with_context(std::move(built).error(), name);
-  }
+  auto built = BpeModel::build(std::move(v.tokens), pairs, ignore_merges);
+  if (!built.ok())
+    return locate_merge_error(std::move(built).error(), pairs.size(), [&](std::size_t i) { return merges[i].where(); });
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
   return std::make_unique<Tokenizer>(std::move(built).value(), std::move(spec.pre), norm,
                                      spec.prefix_space, std::move(added), std::move(info));
@@ -263,33 +299,17 @@ Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_path
   LMP_ASSIGN(auto doc, json::Document::parse(std::move(vtext), vocab_path));
   json::Value vocab = doc->root();
   if (!vocab.is_object()) return make_error(Errc::parse, "{}: vocab.json must be an object of token → id", vocab_path);
-  StringIdMap text_ids;
-  text_ids.reserve(vocab.size());
-  std::int64_t max_id = -1;
-  for (std::size_t i = 0; i < vocab.size(); ++i) {
-    auto id = vocab.val(i).integer();
-    if (!id || *id < 0 || *id >= (std::int64_t{1} << 31) - 1)
-      return make_error(Errc::parse, "{}: id of {} must be a non-negative integer", vocab.val(i).where(),
-                        quote(vocab.key(i).str()));
-    max_id = std::max(max_id, *id);
-  }
-  if (max_id >= static_cast<std::int64_t>(vocab.size()) * 4 + 1024)
-    return make_error(Errc::parse, "{}: ids are too sparse", vocab_path);
-  std::vector<std::string> tokens(static_cast<std::size_t>(max_id + 1));
+  // GPT-2's <|endoftext|> (and any <|...|>) is a special token, matched in text.
   std::vector<AddedToken> added;
-  for (std::size_t i = 0; i < vocab.size(); ++i) {
-    auto id = static_cast<TokenId>(*vocab.val(i).integer());
-    std::string_view key = vocab.key(i).str();
-    if (!text_ids.insert(key, id))
-      return make_error(Errc::parse, "{}: duplicate token {}", vocab.key(i).where(), quote(key));
-    if (key.size() > 4 && key.substr(0, 2) == "<|" && key.substr(key.size() - 2) == "|>") {
-      added.push_back(AddedToken{std::string(key), id, true, false, false, false, false});
-      continue;
-    }
-    tokens[static_cast<std::size_t>(id)] = vocab_bytes(key);
-  }
+  Vocab v;
+  LMP_TRY(parse_vocab(vocab, v, [&](TokenId id, std::string_view key) {
+    if (key.size() <= 4 || key.substr(0, 2) != "<|" || key.substr(key.size() - 2) != "|>") return false;
+    added.push_back(AddedToken{std::string(key), id, true, false, false, false, false});
+    return true;
+  }));
   LMP_ASSIGN(std::string mtext, io::read_file(merges_path));
   std::vector<std::pair<TokenId, TokenId>> pairs;
+  std::vector<std::size_t> merge_lines;  // (n_merges) line of each merge in merges.txt
   std::size_t line_no = 0, pos = 0;
   while (pos < mtext.size()) {
     std::size_t nl = mtext.find('\n', pos);
@@ -299,23 +319,17 @@ Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_path
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty() || (line_no == 1 && line.substr(0, 9) == "#version:")) continue;
-    auto sp = line.find(' ');
-    if (sp == std::string_view::npos || line.find(' ', sp + 1) != std::string_view::npos)
-      return make_error(Errc::parse, "{}:{}: expected two tokens separated by one space", merges_path, line_no);
-    std::string_view a = line.substr(0, sp), b = line.substr(sp + 1);
-    TokenId ia = text_ids.find(a), ib = text_ids.find(b);
-    if (ia < 0) return make_error(Errc::parse, "{}:{}: token {} is not in the vocabulary", merges_path, line_no, quote(a));
-    if (ib < 0) return make_error(Errc::parse, "{}:{}: token {} is not in the vocabulary", merges_path, line_no, quote(b));
-    std::string joined;
-    joined.reserve(a.size() + b.size());
-    joined.append(a).append(b);
-    if (text_ids.find(joined) < 0)
-      return make_error(Errc::parse, "{}:{}: merged token {} is not in the vocabulary", merges_path, line_no,
-                        quote(joined));
-    pairs.emplace_back(ia, ib);
+    auto ab = split_merge(line);
+    if (!ab) return make_error(Errc::parse, "{}:{}: expected two tokens separated by one space", merges_path, line_no);
+    LMP_ASSIGN(auto pair, resolve_merge(v.text_ids, ab->first, ab->second,
+                                        [&] { return fmt::format("{}:{}", merges_path, line_no); }, pairs.size() + 1));
+    pairs.push_back(pair);
+    merge_lines.push_back(line_no);
   }
-  auto built = BpeModel::build(std::move(tokens), pairs, false);
-  if (!built.ok()) return with_context(std::move(built).error(), merges_path);
+  auto built = BpeModel::build(std::move(v.tokens), pairs, false);
+  if (!built.ok())
+    return locate_merge_error(std::move(built).error(), pairs.size(),
+                              [&](std::size_t i) { return fmt::format("{}:{}", merges_path, merge_lines[i]); });
   LMP_ASSIGN(auto pre, make_pre_tokenizer("gpt2"));
   TokenizerInfo info{vocab_path, "gpt2", "gpt2"};
   return std::make_unique<Tokenizer>(std::move(built).value(), std::move(pre), Normalization::none, false,
@@ -429,7 +443,11 @@ Result<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& path, const 
                       path);
   LMP_ASSIGN(auto pre, make_pre_tokenizer(pre_name));
   std::vector<AddedToken> added;
-  for (auto& [content, id] : specials) added.push_back(AddedToken{content, id, true, false, false, false, false});
+  for (auto& [content, id] : specials) {
+    if (id < 0) return make_error(Errc::invalid_argument, "special token {} has a negative id", quote(content));
+    added.push_back(AddedToken{content, id, true, false, false, false, false});
+  }
+  LMP_TRY(check_added_ids(added, tokens.size(), path));
   auto built = BpeModel::build_from_ranks(std::move(tokens));
   if (!built.ok()) return with_context(std::move(built).error(), path);
   TokenizerInfo info{path, "tiktoken", pre_name};
@@ -518,8 +536,7 @@ void append_pre_json(std::string& o, const Tokenizer& t) {
 }
 
 std::string token_text(const Tokenizer& t, TokenId id) {
-  for (const auto& a : t.added_tokens())
-    if (a.id == id) return a.content;
+  if (const AddedToken* a = t.added_token(id)) return a->content;
   return bytes_to_byte_level(t.model().token(id));
 }
 

@@ -69,7 +69,7 @@ class Document {
   friend class Parser;
   struct Node {
     Type type;
-    bool flag;          // boolean value; for numbers: integral
+    bool flag;          // booleans: the value; numbers: integral; strings: unescaped in arena_
     std::uint32_t pos;  // byte offset in the source
     std::uint32_t a;    // string: offset or arena index; containers: first kid
     std::uint32_t b;    // string: length; containers: kid count
@@ -81,7 +81,6 @@ class Document {
   std::vector<Node> nodes_;
   std::vector<std::uint32_t> kids_;  // container children (objects: key, value, key, ...)
   std::deque<std::string> arena_;    // unescaped strings
-  std::vector<bool> in_arena_;
 };
 
 // Append `s` to `out` as a JSON string literal, escaped as serde_json does

@@ -77,9 +77,14 @@ class Tokenizer {
   // Inverse of encode: the bytes of the ids. An id outside the vocabulary is an error.
   Status decode(const TokenId* ids, std::size_t n, std::string& out, bool skip_special = false) const;
 
-  std::size_t vocab_size() const;  // largest id + 1 over model and added tokens
+  std::size_t vocab_size() const { return vocab_size_; }  // largest id + 1, model and added tokens
   // The token's bytes (or added-token text); nullopt for an id that does not exist.
   std::optional<std::string_view> piece(TokenId id) const;
+  // The added token with this id, or null.
+  const AddedToken* added_token(TokenId id) const {
+    auto i = static_cast<std::size_t>(id);
+    return id >= 0 && i < by_id_.size() ? by_id_[i] : nullptr;
+  }
   const BpeModel& model() const { return model_; }
   const PreTokenizer* pre_tokenizer() const { return pre_.get(); }
   const std::vector<AddedToken>& added_tokens() const { return added_; }
@@ -97,7 +102,8 @@ class Tokenizer {
   Normalization norm_ = Normalization::none;
   bool prefix_space_ = false;
   std::vector<AddedToken> added_;        // sorted by content length, longest first
-  std::vector<const AddedToken*> by_id_;  // id → added token (or null)
+  std::vector<const AddedToken*> by_id_;  // (vocab_size) id → added token, or null
+  std::size_t vocab_size_ = 0;
   std::array<bool, 256> added_first_{};   // first bytes of added tokens
   TokenizerInfo info_;
 };

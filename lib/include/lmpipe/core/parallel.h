@@ -1,0 +1,39 @@
+// Data parallelism over text: cut a chunk into per-thread slices at line ends, and
+// run one function per slice on its own thread.
+#pragma once
+
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace lmp {
+
+// Cut `text` into `parts` slices of about equal size, each ending at a line end (the
+// last one at the end of `text`). Slices may be empty; together they are all of `text`.
+inline std::vector<std::string_view> split_at_lines(std::string_view text, int parts) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  auto n = static_cast<std::size_t>(parts < 1 ? 1 : parts);
+  for (std::size_t k = 0; k < n; ++k) {
+    std::size_t target = text.size() * (k + 1) / n;
+    std::size_t end = text.size();
+    if (target < text.size()) {
+      std::size_t nl = text.find('\n', target > start ? target : start);
+      if (nl != std::string_view::npos) end = nl + 1;
+    }
+    out.push_back(text.substr(start, end - start));
+    start = end;
+  }
+  return out;
+}
+
+// Call f(i) for i in [0, n): f(0) on the calling thread, the others on new threads.
+template <class F>
+void run_parallel(std::size_t n, F&& f) {
+  std::vector<std::thread> pool;
+  for (std::size_t i = 1; i < n; ++i) pool.emplace_back([&f, i] { f(i); });
+  if (n > 0) f(0);
+  for (auto& t : pool) t.join();
+}
+
+}  // namespace lmp
