@@ -47,22 +47,28 @@ ssize_t read_some(int fd, char* buf, std::size_t n) {
 Result<std::string> read_file(const std::string& path) {
   std::string name;
   LMP_ASSIGN(int fd, open_read(path, name));
+  // Read straight into the string: sized from fstat for a regular file (one byte more,
+  // so that end of file needs no growth), doubling for pipes or a file that grows.
   std::string out;
   struct stat st {};
+  std::size_t cap = 1 << 16;
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
-    out.reserve(static_cast<std::size_t>(st.st_size));
-  std::array<char, 1 << 16> buf{};
+    cap = static_cast<std::size_t>(st.st_size) + 1;
+  out.resize(cap);
+  std::size_t len = 0;
   for (;;) {
-    ssize_t r = read_some(fd, buf.data(), buf.size());
+    if (len == out.size()) out.resize(out.size() * 2);
+    ssize_t r = read_some(fd, out.data() + len, out.size() - len);
     if (r < 0) {
       int err = errno;
       if (fd != 0) ::close(fd);
       return make_error(Errc::io, "cannot read '{}': {}", name, errno_message(err));
     }
     if (r == 0) break;
-    out.append(buf.data(), static_cast<std::size_t>(r));
+    len += static_cast<std::size_t>(r);
   }
   if (fd != 0) ::close(fd);
+  out.resize(len);
   return out;
 }
 

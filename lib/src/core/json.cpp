@@ -17,13 +17,16 @@ std::string_view Value::str() const {
   return std::string_view(doc_->src_).substr(n.a, n.b);
 }
 
-double Value::num() const { return doc_->nodes_[idx_].num; }
+double Value::num() const {
+  const auto& n = doc_->nodes_[idx_];
+  return n.type == Type::number ? doc_->nums_[n.a].num : 0.0;
+}
 bool Value::boolean() const { return doc_->nodes_[idx_].flag; }
 
 std::optional<std::int64_t> Value::integer() const {
   const auto& n = doc_->nodes_[idx_];
   if (n.type != Type::number || !n.flag) return std::nullopt;
-  return n.i64;
+  return doc_->nums_[n.a].i64;
 }
 
 std::size_t Value::size() const {
@@ -162,6 +165,8 @@ class Parser {
     auto i = new_node(Type::number);
     p_ = save;
     auto& node = d_.nodes_[i];
+    node.a = static_cast<std::uint32_t>(d_.nums_.size());
+    auto& num = d_.nums_.emplace_back(Document::Number{0.0, 0});
     const char* b = s_ + start;
     const char* e = s_ + p_;
     if (integral) {
@@ -169,15 +174,15 @@ class Parser {
       auto r = std::from_chars(b, e, v);
       if (r.ec == std::errc()) {
         node.flag = true;
-        node.i64 = v;
-        node.num = static_cast<double>(v);
+        num.i64 = v;
+        num.num = static_cast<double>(v);
         return {};
       }
     }
     double dv = 0;
     auto r = std::from_chars(b, e, dv);
     if (r.ec != std::errc() && r.ec != std::errc::result_out_of_range) return err("invalid number");
-    node.num = dv;
+    num.num = dv;
     return {};
   }
 

@@ -1,55 +1,82 @@
 #include "lmpipe/tok/bpe.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 
 namespace lmp::tok {
 
 namespace {
-Status index_tokens(const std::vector<std::string>& tokens, StringIdMap& ids,
-                    std::array<TokenId, 256>& byte_ids) {
+// Index tokens by their bytes. Returns the ids whose bytes an earlier id already has
+// (on duplicates the first id wins, as in HF's reverse lookup).
+std::vector<bool> index_tokens(const std::vector<std::string>& tokens, StringIdMap& ids,
+                               std::array<TokenId, 256>& byte_ids) {
+  std::vector<bool> shadowed;
   ids.reserve(tokens.size());
   byte_ids.fill(-1);
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::string& t = tokens[i];
     if (t.empty()) continue;
-    // On duplicate byte strings the first id wins, as in HF's reverse lookup.
-    ids.insert(std::string_view(t), static_cast<TokenId>(i));
+    if (!ids.insert(std::string_view(t), static_cast<TokenId>(i))) {
+      if (shadowed.empty()) shadowed.resize(tokens.size(), false);
+      shadowed[i] = true;
+    }
     if (t.size() == 1 && byte_ids[static_cast<unsigned char>(t[0])] < 0)
       byte_ids[static_cast<unsigned char>(t[0])] = static_cast<TokenId>(i);
   }
-  return {};
+  return shadowed;
+}
+
+bool is_concat(std::string_view t, std::string_view a, std::string_view b) {
+  return t.size() == a.size() + b.size() && !t.empty() && std::memcmp(t.data(), a.data(), a.size()) == 0 &&
+         std::memcmp(t.data() + a.size(), b.data(), b.size()) == 0;
 }
 }  // namespace
 
 Result<BpeModel> BpeModel::build(std::vector<std::string> tokens,
-                                 const std::vector<std::pair<TokenId, TokenId>>& merges,
-                                 bool ignore_merges) {
+                                 std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges) {
   BpeModel m;
   m.tokens_ = std::move(tokens);
-  LMP_TRY(index_tokens(m.tokens_, m.ids_, m.byte_ids_));
+  std::vector<bool> shadowed = index_tokens(m.tokens_, m.ids_, m.byte_ids_);
   m.ignore_merges_ = ignore_merges;
   m.merges_.reserve(merges.size());
-  m.merge_list_ = merges;
   auto n = static_cast<TokenId>(m.tokens_.size());
   std::string joined;
+  // Vocabularies usually list merged tokens in merge order, so the token after the
+  // previous merge's, then that one, are checked first (by content, so the result is
+  // the same as a lookup): a sequential read instead of a random probe of the index.
+  TokenId prev = -1;
   for (std::size_t r = 0; r < merges.size(); ++r) {
     auto [a, b] = merges[r];
     if (a < 0 || b < 0 || a >= n || b >= n)
       return make_error(Errc::parse, "merge {}: token id out of range", r + 1);
-    joined = m.tokens_[static_cast<std::size_t>(a)];
-    joined += m.tokens_[static_cast<std::size_t>(b)];
-    TokenId id = m.find(joined);
+    const std::string& ta = m.tokens_[static_cast<std::size_t>(a)];
+    const std::string& tb = m.tokens_[static_cast<std::size_t>(b)];
+    auto matches = [&](TokenId g) {
+      return g >= 0 && g < n && (shadowed.empty() || !shadowed[static_cast<std::size_t>(g)]) &&
+             is_concat(m.tokens_[static_cast<std::size_t>(g)], ta, tb);
+    };
+    TokenId id = prev + 1;
+    if (!matches(id)) {
+      id = prev;  // several merges making one token (vocabularies converted from tiktoken)
+      if (!matches(id)) {
+        joined = ta;
+        joined += tb;
+        id = m.find(joined);
+      }
+    }
     if (id < 0) return make_error(Errc::parse, "merge {}: merged token is not in the vocabulary", r + 1);
     m.merges_.set(pair_key(a, b), MergeInfo{static_cast<std::uint32_t>(r), id});
+    prev = id;
   }
+  m.merge_list_ = std::move(merges);
   return m;
 }
 
 Result<BpeModel> BpeModel::build_from_ranks(std::vector<std::string> tokens) {
   BpeModel m;
   m.tokens_ = std::move(tokens);
-  LMP_TRY(index_tokens(m.tokens_, m.ids_, m.byte_ids_));
+  index_tokens(m.tokens_, m.ids_, m.byte_ids_);
   m.ignore_merges_ = true;  // tiktoken emits a piece that is itself a token directly
   m.from_ranks_ = true;
   m.merges_.reserve(m.tokens_.size() * 4);

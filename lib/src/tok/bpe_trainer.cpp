@@ -358,7 +358,7 @@ Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const B
   report.vocab = id_to_word.size();
 
   for (std::size_t i = 0; i < n_special; ++i) id_to_word[i].clear();  // specials live in `added`
-  auto model = BpeModel::build(std::move(id_to_word), merges, false);
+  auto model = BpeModel::build(std::move(id_to_word), std::move(merges), false);
   if (!model.ok()) return std::move(model).error();
   std::string pre_name(pre ? pre->name() : "none");
   TokenizerInfo info{"", "tokenizer.json", pre_name};

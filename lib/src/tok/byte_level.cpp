@@ -42,17 +42,27 @@ std::string bytes_to_byte_level(std::string_view bytes) {
   return out;
 }
 
-std::optional<std::string> byte_level_to_bytes(std::string_view s) {
-  std::string out;
+bool byte_level_to_bytes(std::string_view s, std::string& out) {
+  // All 256 stand-ins are below U+0200: one UTF-8 byte, or two with lead C2..C7.
+  const auto& from = tables().from_cp;
+  out.clear();
   out.reserve(s.size());
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  for (std::size_t i = 0; i < s.size();) {
-    auto c = text::decode_utf8(p, s.size(), i);
-    auto b = unicode_to_byte(c.cp);
-    if (!b) return std::nullopt;
-    out += static_cast<char>(*b);
-    i += c.len;
+  for (std::size_t i = 0, n = s.size(); i < n; ++i) {
+    std::uint32_t cp = p[i];
+    if (cp >= 0x80) {
+      if (cp < 0xC2 || cp > 0xC7 || i + 1 == n || (p[i + 1] & 0xC0) != 0x80) return false;
+      cp = ((cp & 0x1F) << 6) | (p[++i] & 0x3F);
+    }
+    if (from[cp] < 0) return false;
+    out += static_cast<char>(from[cp]);
   }
+  return true;
+}
+
+std::optional<std::string> byte_level_to_bytes(std::string_view s) {
+  std::string out;
+  if (!byte_level_to_bytes(s, out)) return std::nullopt;
   return out;
 }
 

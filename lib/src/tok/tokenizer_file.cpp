@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <optional>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "lmpipe/core/io.h"
 #include "lmpipe/core/json.h"
@@ -29,9 +28,8 @@ std::string quote(std::string_view s) {
 
 // Byte-level vocabulary text → raw bytes; text outside the 256 characters stays as is
 // (HF's ByteLevel decoder does the same).
-std::string vocab_bytes(std::string_view text) {
-  auto b = byte_level_to_bytes(text);
-  return b ? std::move(*b) : std::string(text);
+void vocab_bytes(std::string_view text, std::string& out) {
+  if (!byte_level_to_bytes(text, out)) out.assign(text);
 }
 
 // ---- tokenizer.json ---------------------------------------------------------------
@@ -186,7 +184,7 @@ Status parse_vocab(json::Value vocab, Vocab& v, Special&& special) {
     if (used[static_cast<std::size_t>(id)])
       return make_error(Errc::parse, "{}: id {} is given to two tokens", vocab.val(i).where(), id);
     used[static_cast<std::size_t>(id)] = true;
-    if (!special(id, key)) v.tokens[static_cast<std::size_t>(id)] = vocab_bytes(key);
+    if (!special(id, key)) vocab_bytes(key, v.tokens[static_cast<std::size_t>(id)]);
   }
   return {};
 }
@@ -233,8 +231,8 @@ Error locate_merge_error(Error e, std::size_t n_merges, Where&& where) {
 
 }  // namespace
 
-Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(const std::string& text, const std::string& name) {
-  LMP_ASSIGN(auto doc, json::Document::parse(text, name));
+Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const std::string& name) {
+  LMP_ASSIGN(auto doc, json::Document::parse(std::move(text), name));
   json::Value root = doc->root();
   if (!root.is_object()) return make_error(Errc::parse, "{}: not a tokenizer.json (top level is not an object)", name);
   json::Value model = root.get("model");
@@ -258,11 +256,17 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(const std::string& text, 
 
   json::Value vocab = model.get("vocab");
   if (!vocab.is_object()) return make_error(Errc::parse, "{}: model.vocab must be an object", model.where());
-  std::unordered_set<TokenId> special_ids;
+  std::vector<bool> special_ids;  // by id; ids past what parse_vocab accepts cannot collide
   for (const auto& a : added)
-    if (a.special) special_ids.insert(a.id);
+    if (a.special && static_cast<std::size_t>(a.id) < vocab.size() * 4 + 1024) {
+      auto i = static_cast<std::size_t>(a.id);
+      if (i >= special_ids.size()) special_ids.resize(i + 1, false);
+      special_ids[i] = true;
+    }
   Vocab v;
-  LMP_TRY(parse_vocab(vocab, v, [&](TokenId id, std::string_view) { return special_ids.count(id) > 0; }));
+  LMP_TRY(parse_vocab(vocab, v, [&](TokenId id, std::string_view) {
+    return static_cast<std::size_t>(id) < special_ids.size() && special_ids[static_cast<std::size_t>(id)];
+  }));
   LMP_TRY(check_added_ids(added, v.tokens.size(), root.get("added_tokens").where()));
 
   json::Value merges = model.get("merges");
@@ -283,9 +287,10 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(const std::string& text, 
   }
   json::Value im = model.get("ignore_merges");
   bool ignore_merges = im.is_bool() && im.boolean();
-  auto built = BpeModel::build(std::move(v.tokens), pairs, ignore_merges);
+  std::size_t n_merges = pairs.size();
+  auto built = BpeModel::build(std::move(v.tokens), std::move(pairs), ignore_merges);
   if (!built.ok())
-    return locate_merge_error(std::move(built).error(), pairs.size(), [&](std::size_t i) { return merges[i].where(); });
+    return locate_merge_error(std::move(built).error(), n_merges, [&](std::size_t i) { return merges[i].where(); });
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
   return std::make_unique<Tokenizer>(std::move(built).value(), std::move(spec.pre), norm,
                                      spec.prefix_space, std::move(added), std::move(info));
@@ -483,7 +488,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, const
   while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) ++i;
   if (i < text.size() && text[i] == '{') {
     // A tokenizer.json has a "model"; a GPT-2 vocab.json maps tokens to ids.
-    if (looks_like_tokenizer_json(text)) return load_tokenizer_json(text, path);
+    if (looks_like_tokenizer_json(text)) return load_tokenizer_json(std::move(text), path);
     std::string dir = path.substr(0, path.size() - base.size());
     return load_gpt2_files(path, dir + "merges.txt");
   }

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "lmpipe/core/big_alloc.h"
 #include "lmpipe/core/result.h"
 
 namespace lmp::json {
@@ -67,19 +68,22 @@ class Document {
  private:
   friend class Value;
   friend class Parser;
-  struct Node {
+  struct Node {          // 16 bytes: a 9 MB tokenizer.json has ~700k of them
     Type type;
-    bool flag;          // booleans: the value; numbers: integral; strings: unescaped in arena_
-    std::uint32_t pos;  // byte offset in the source
-    std::uint32_t a;    // string: offset or arena index; containers: first kid
-    std::uint32_t b;    // string: length; containers: kid count
+    bool flag;           // booleans: the value; numbers: integral; strings: unescaped in arena_
+    std::uint32_t pos;   // byte offset in the source
+    std::uint32_t a;     // string: offset or arena index; containers: first kid; numbers: index in nums_
+    std::uint32_t b;     // string: length; containers: kid count
+  };
+  struct Number {
     double num;
     std::int64_t i64;
   };
   std::string src_;
   std::string name_;
-  std::vector<Node> nodes_;
-  std::vector<std::uint32_t> kids_;  // container children (objects: key, value, key, ...)
+  big_vector<Node> nodes_;
+  big_vector<Number> nums_;
+  big_vector<std::uint32_t> kids_;  // container children (objects: key, value, key, ...)
   std::deque<std::string> arena_;    // unescaped strings
 };
 

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "lmpipe/core/big_alloc.h"
+
 namespace lmp {
 
 inline std::uint64_t hash_bytes(const void* data, std::size_t n) {
@@ -43,7 +45,7 @@ class StringIdMap {
     std::uint64_t h = hash_bytes(key.data(), key.size());
     std::size_t i = probe(key, h);
     if (slots_[i].id >= 0) return false;
-    slots_[i] = Slot{key.data(), static_cast<std::uint32_t>(key.size()), static_cast<std::uint32_t>(h), id};
+    slots_[i] = Slot{prefix(key), key.data(), static_cast<std::uint32_t>(key.size()), id};
     ++size_;
     return true;
   }
@@ -53,25 +55,34 @@ class StringIdMap {
   }
 
  private:
+  // The first 8 bytes live in the slot: most tokens are that short, so a lookup
+  // touches one slot and never the key's own bytes (a second cache miss).
   struct Slot {
+    std::uint64_t head = 0;  // first min(8, len) bytes, zero-padded
     const char* p = nullptr;
     std::uint32_t len = 0;
-    std::uint32_t hash = 0;
     std::int32_t id = -1;
   };
+  static std::uint64_t prefix(std::string_view k) {
+    std::uint64_t v = 0;
+    std::memcpy(&v, k.data(), k.size() < 8 ? k.size() : 8);
+    return v;
+  }
   std::size_t probe(std::string_view key, std::uint64_t h) const {
     std::size_t mask = slots_.size() - 1;
     std::size_t i = static_cast<std::size_t>(h >> 7) & mask;
-    auto h32 = static_cast<std::uint32_t>(h);
+    std::uint64_t head = prefix(key);
     for (;;) {
       const Slot& s = slots_[i];
       if (s.id < 0) return i;
-      if (s.hash == h32 && s.len == key.size() && std::memcmp(s.p, key.data(), key.size()) == 0) return i;
+      if (s.head == head && s.len == key.size() &&
+          (key.size() <= 8 || std::memcmp(s.p + 8, key.data() + 8, key.size() - 8) == 0))
+        return i;
       i = (i + 1) & mask;
     }
   }
   void rehash(std::size_t cap) {
-    std::vector<Slot> old = std::move(slots_);
+    big_vector<Slot> old = std::move(slots_);
     slots_.assign(cap, Slot{});
     size_ = 0;
     for (const Slot& s : old)
@@ -81,7 +92,7 @@ class StringIdMap {
         ++size_;
       }
   }
-  std::vector<Slot> slots_;
+  big_vector<Slot> slots_;
   std::size_t size_ = 0;
 };
 

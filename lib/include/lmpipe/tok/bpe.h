@@ -46,8 +46,7 @@ class BpeModel {
   // With `rank_by_token` (tiktoken), pairs are derived instead: every split a+b of a
   // token t with a and b tokens is a merge of rank id(t).
   static Result<BpeModel> build(std::vector<std::string> tokens,
-                                const std::vector<std::pair<TokenId, TokenId>>& merges,
-                                bool ignore_merges);
+                                std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges);
   static Result<BpeModel> build_from_ranks(std::vector<std::string> tokens);
 
   // Append the ids of one pre-token piece to `out`.
@@ -74,7 +73,7 @@ class BpeModel {
 
   std::vector<std::string> tokens_;                       // (n_vocab) raw bytes
   StringIdMap ids_;                                       // bytes → id (views into tokens_)
-  FlatMap64<MergeInfo> merges_;                           // pair_key(a, b) → merge
+  InlineMap64<MergeInfo> merges_;                         // pair_key(a, b) → merge
   std::vector<std::pair<TokenId, TokenId>> merge_list_;   // (n_merges) in rank order
   std::array<TokenId, 256> byte_ids_{};                   // single-byte tokens, -1 if absent
   bool ignore_merges_ = false;

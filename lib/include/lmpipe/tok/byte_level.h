@@ -18,5 +18,7 @@ std::optional<unsigned char> unicode_to_byte(std::uint32_t cp);
 std::string bytes_to_byte_level(std::string_view bytes);
 // Byte-level text → raw bytes; nullopt when a character is not one of the 256.
 std::optional<std::string> byte_level_to_bytes(std::string_view text);
+// The same into `out` (its buffer reused); false, with `out` unspecified, on failure.
+bool byte_level_to_bytes(std::string_view text, std::string& out);
 
 }  // namespace lmp::tok

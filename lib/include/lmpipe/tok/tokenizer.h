@@ -122,7 +122,7 @@ struct LoadOptions {
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
                                                   const LoadOptions& opts = {});
 
-Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(const std::string& text,
+Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text,
                                                        const std::string& name);
 Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_json,
                                                    const std::string& merges_txt);
