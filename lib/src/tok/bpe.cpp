@@ -10,13 +10,15 @@ namespace {
 // Index tokens by their bytes. Returns the ids whose bytes an earlier id already has
 // (on duplicates the first id wins, as in HF's reverse lookup).
 std::vector<bool> index_tokens(const std::vector<std::string>& tokens, StringIdMap& ids,
-                               std::array<TokenId, 256>& byte_ids) {
+                               std::array<TokenId, 256>& byte_ids, std::size_t& max_bytes) {
   std::vector<bool> shadowed;
+  max_bytes = 0;
   ids.reserve(tokens.size());
   byte_ids.fill(-1);
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::string& t = tokens[i];
     if (t.empty()) continue;
+    max_bytes = std::max(max_bytes, t.size());
     if (!ids.insert(std::string_view(t), static_cast<TokenId>(i))) {
       if (shadowed.empty()) shadowed.resize(tokens.size(), false);
       shadowed[i] = true;
@@ -37,7 +39,7 @@ Result<BpeModel> BpeModel::build(std::vector<std::string> tokens,
                                  std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges) {
   BpeModel m;
   m.tokens_ = std::move(tokens);
-  std::vector<bool> shadowed = index_tokens(m.tokens_, m.ids_, m.byte_ids_);
+  std::vector<bool> shadowed = index_tokens(m.tokens_, m.ids_, m.byte_ids_, m.max_token_bytes_);
   m.ignore_merges_ = ignore_merges;
   m.merges_.reserve(merges.size());
   auto n = static_cast<TokenId>(m.tokens_.size());
@@ -76,7 +78,7 @@ Result<BpeModel> BpeModel::build(std::vector<std::string> tokens,
 Result<BpeModel> BpeModel::build_from_ranks(std::vector<std::string> tokens) {
   BpeModel m;
   m.tokens_ = std::move(tokens);
-  index_tokens(m.tokens_, m.ids_, m.byte_ids_);
+  index_tokens(m.tokens_, m.ids_, m.byte_ids_, m.max_token_bytes_);
   m.ignore_merges_ = true;  // tiktoken emits a piece that is itself a token directly
   m.from_ranks_ = true;
   m.merges_.reserve(m.tokens_.size() * 4);
@@ -114,7 +116,7 @@ void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScra
     else ++s.dropped_bytes;
     return;
   }
-  if (ignore_merges_) {
+  if (ignore_merges_ && piece.size() <= max_token_bytes_) {
     TokenId id = find(piece);
     if (id >= 0) {
       out.push_back(id);
@@ -142,23 +144,22 @@ void BpeModel::merge_linear(BpeScratch& s) const {
   auto& sym = s.sym;
   auto& rank = s.rank;
   rank.resize(sym.size() - 1);
-  for (std::size_t i = 0; i + 1 < sym.size(); ++i) rank[i] = rank_of(sym[i], sym[i + 1]);
+  for (std::size_t i = 0; i + 1 < sym.size(); ++i) rank[i] = cached_merge(sym[i], sym[i + 1], s);
   while (!rank.empty()) {
+    // Lowest rank, leftmost on ties (equal ranks mean equal packed values).
     std::size_t best = 0;
-    std::uint32_t br = rank[0];
+    std::uint64_t br = rank[0];
     for (std::size_t i = 1; i < rank.size(); ++i)
       if (rank[i] < br) {
         br = rank[i];
         best = i;
       }
-    if (br == kNoRank) break;
-    const MergeInfo* m = merges_.find(pair_key(sym[best], sym[best + 1]));
-    LMP_ASSERT(m != nullptr);
-    sym[best] = m->id;
+    if (br == kNoMerge) break;
+    sym[best] = static_cast<TokenId>(br & 0xFFFFFFFFu);
     sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(best) + 1);
     rank.erase(rank.begin() + static_cast<std::ptrdiff_t>(best));
-    if (best < rank.size()) rank[best] = rank_of(sym[best], sym[best + 1]);
-    if (best > 0) rank[best - 1] = rank_of(sym[best - 1], sym[best]);
+    if (best < rank.size()) rank[best] = cached_merge(sym[best], sym[best + 1], s);
+    if (best > 0) rank[best - 1] = cached_merge(sym[best - 1], sym[best], s);
   }
 }
 
@@ -178,9 +179,9 @@ void BpeModel::merge_heap(BpeScratch& s) const {
   auto push = [&](std::int32_t pos) {
     std::int32_t nx = s.next[static_cast<std::size_t>(pos)];
     if (nx < 0) return;
-    std::uint32_t r = rank_of(sym[static_cast<std::size_t>(pos)], sym[static_cast<std::size_t>(nx)]);
-    if (r == kNoRank) return;
-    q.push_back((static_cast<std::uint64_t>(r) << 32) | static_cast<std::uint32_t>(pos));
+    std::uint64_t mg = cached_merge(sym[static_cast<std::size_t>(pos)], sym[static_cast<std::size_t>(nx)], s);
+    if (mg == kNoMerge) return;
+    q.push_back((mg & ~std::uint64_t{0xFFFFFFFFu}) | static_cast<std::uint32_t>(pos));
     std::push_heap(q.begin(), q.end(), std::greater<>());
   };
   for (std::int32_t i = 0; i + 1 < n; ++i) push(i);
@@ -195,9 +196,9 @@ void BpeModel::merge_heap(BpeScratch& s) const {
     if (dead[p]) continue;
     std::int32_t nx = s.next[p];
     if (nx < 0) continue;
-    const MergeInfo* m = merges_.find(pair_key(sym[p], sym[static_cast<std::size_t>(nx)]));
-    if (!m || m->rank != static_cast<std::uint32_t>(key >> 32)) continue;  // stale
-    sym[p] = m->id;
+    std::uint64_t mg = cached_merge(sym[p], sym[static_cast<std::size_t>(nx)], s);
+    if (mg == kNoMerge || (mg >> 32) != (key >> 32)) continue;  // stale
+    sym[p] = static_cast<TokenId>(mg & 0xFFFFFFFFu);
     dead[static_cast<std::size_t>(nx)] = 1;
     std::int32_t nn = s.next[static_cast<std::size_t>(nx)];
     s.next[p] = nn;

@@ -30,11 +30,20 @@ struct MergeInfo {
 // Per-thread working memory for BpeModel::encode.
 struct BpeScratch {
   std::vector<TokenId> sym;          // (n_symbols) current symbols of the piece
-  std::vector<std::uint32_t> rank;   // (n_symbols - 1) rank of each adjacent pair
+  std::vector<std::uint64_t> rank;   // (n_symbols - 1) merge of each adjacent pair: rank << 32 | id
   std::vector<std::int32_t> prev, next;
   std::vector<std::uint64_t> heap;   // (rank << 32 | position) min-heap for long pieces
   std::vector<std::uint8_t> dead;
   std::uint64_t dropped_bytes = 0;   // bytes with no token in the vocabulary
+  // Direct-mapped cache of recent pair lookups (pair_key → packed merge): the merge
+  // table of a large vocabulary (8 MB for Llama-3) misses the CPU caches on nearly
+  // every probe, while text reuses a few thousand pairs (CJK characters' bytes above all).
+  struct PairSlot {
+    std::uint64_t key = ~std::uint64_t{0};
+    std::uint64_t merge = 0;
+  };
+  static constexpr std::size_t kPairCacheBits = 13;
+  std::vector<PairSlot> pair_cache = std::vector<PairSlot>(std::size_t{1} << kPairCacheBits);
 };
 
 class BpeModel {
@@ -64,18 +73,29 @@ class BpeModel {
 
  private:
   void merge_linear(BpeScratch& s) const;
-  void merge_heap(BpeScratch& s) const;
-  std::uint32_t rank_of(TokenId a, TokenId b) const {
-    const MergeInfo* m = merges_.find(pair_key(a, b));
-    return m ? m->rank : kNoRank;
+  std::uint64_t cached_merge(TokenId a, TokenId b, BpeScratch& s) const {
+    std::uint64_t key = pair_key(a, b);
+    auto& slot = s.pair_cache[static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ULL) >> (64 - BpeScratch::kPairCacheBits))];
+    if (slot.key != key) {
+      slot.key = key;
+      slot.merge = packed_merge(a, b);
+    }
+    return slot.merge;
   }
-  static constexpr std::uint32_t kNoRank = 0xFFFFFFFFu;
+  void merge_heap(BpeScratch& s) const;
+  // The merge of (a, b) packed as rank << 32 | merged id (ordered by rank), or kNoMerge.
+  std::uint64_t packed_merge(TokenId a, TokenId b) const {
+    const MergeInfo* m = merges_.find(pair_key(a, b));
+    return m ? (std::uint64_t{m->rank} << 32) | static_cast<std::uint32_t>(m->id) : kNoMerge;
+  }
+  static constexpr std::uint64_t kNoMerge = ~std::uint64_t{0};
 
   std::vector<std::string> tokens_;                       // (n_vocab) raw bytes
   StringIdMap ids_;                                       // bytes → id (views into tokens_)
   InlineMap64<MergeInfo> merges_;                         // pair_key(a, b) → merge
   std::vector<std::pair<TokenId, TokenId>> merge_list_;   // (n_merges) in rank order
   std::array<TokenId, 256> byte_ids_{};                   // single-byte tokens, -1 if absent
+  std::size_t max_token_bytes_ = 0;                       // longest token
   bool ignore_merges_ = false;
   bool from_ranks_ = false;
 };
