@@ -16,3 +16,19 @@ lmp_install_deps() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 }
+
+# lmp_install_npm DIR PACKAGE@VERSION...: the npm peers (conformance tests, benchmarks)
+# in DIR/node_modules, installed when missing; node and npm from Debian when absent.
+lmp_install_npm() {
+  dir=$1
+  shift
+  command -v npm >/dev/null || lmp_install_deps nodejs npm || return 1
+  need=""
+  for p in "$@"; do
+    name=${p%@*}
+    [ -f "$dir/node_modules/$name/package.json" ] || need="$need $p"
+  done
+  [ -z "$need" ] && return 0
+  echo "npm install:$need" >&2
+  mkdir -p "$dir" && (cd "$dir" && npm install --silent --no-audit --no-fund --no-save $need >/dev/null)
+}

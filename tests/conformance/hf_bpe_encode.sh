@@ -2,6 +2,7 @@
 # tok-encode gives exactly HF tokenizers' ids for the GPT-2 and Llama-3 tokenizer.json
 # files (and GPT-2's vocab.json + merges.txt) on English and Chinese text.
 . "$(dirname "$0")/common.inc"
+require_data
 for tok in gpt2 llama3; do
   for lang in en zh; do
     encode_check "$tok tokenizer.json $lang" "$data/golden/hf/${tok}_${lang}_1M.ids" "$data/slices/${lang}_1M.txt" \

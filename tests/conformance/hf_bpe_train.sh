@@ -2,6 +2,7 @@
 # tok-train at HF's defaults (vocab 30000, min_frequency 0, ByteLevel, no prefix space)
 # gives the vocabulary and merges of HF tokenizers' BpeTrainer, in the same order.
 . "$(dirname "$0")/common.inc"
+require_data
 golden="$data/golden/trained/hf_bpe_en_10M.json"
 "$bin/tok-train" -q --vocab-size 30000 --min-frequency 0 --pre-tokenizer gpt2 \
   -o "$work/tok.json" "$data/corpus/en_10M.txt" || exit 1

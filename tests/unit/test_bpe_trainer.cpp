@@ -125,3 +125,32 @@ TEST_CASE("count files round-trip and add up", "[tok][train]") {
   CHECK_FALSE(read_counts("1\thello\n", "w", back, other).ok());
   CHECK_FALSE(read_counts("#lmpipe-counts v1 pre_tokenizer=gpt2\nx\thello\n", "w", back, other).ok());
 }
+
+// HF keys its vocabulary by token text: a merge that builds the bytes of a special
+// token whose text is byte-level text gets the special's id (and no new entry), while a
+// special with a space in it (byte-level text has none) is never built by merges.
+TEST_CASE("a merge that builds a special token's text reuses its id, as in HF", "[tok][train]") {
+  WordCountMap wc = {{"<s>", 5}, {"a b", 5}};
+  BpeTrainerConfig cfg;
+  cfg.special_tokens = {"<s>", "a b"};
+  auto t = train(wc, cfg);
+  const auto& merges = t->model().merge_list();
+  bool built_special = false;
+  for (const auto& [a, b] : merges) {
+    const MergeInfo* m = t->model().merge(a, b);
+    REQUIRE(m != nullptr);
+    if (m->id == 0) built_special = true;
+    CHECK(m->id != 1);
+  }
+  CHECK(built_special);
+  CHECK(t->model().find("a b") != 1);
+  // The special matched in text and the same bytes built by the model's merges give one id.
+  Session sess(*t);
+  std::vector<TokenId> enc;
+  t->encode("<s>", enc, sess);
+  CHECK(enc == std::vector<TokenId>{0});
+  enc.clear();
+  BpeScratch scratch;
+  t->model().encode("<s>", enc, scratch);
+  CHECK(enc == std::vector<TokenId>{0});
+}

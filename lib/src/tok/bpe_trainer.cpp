@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_set>
 
 #include "lmpipe/core/flat_map.h"
 #include "lmpipe/core/parallel.h"
@@ -156,20 +157,26 @@ Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const B
                                              std::unique_ptr<PreTokenizer> pre, TrainReport& report,
                                              const TrainProgress& progress) {
   report = TrainReport{};
-  std::vector<std::string> id_to_word;  // raw bytes (specials: their text)
+  std::vector<std::string> id_to_word;  // raw bytes
   std::unordered_map<std::string, TokenId> word_to_id;
   std::vector<AddedToken> added;
 
-  // 1. Special tokens.
+  // 1. Special tokens. HF keys its vocabulary by token text, where a trained token's
+  // text is its byte-level form: a special whose text is byte-level text (such as
+  // "<|endoftext|>") is the same entry as the token of those bytes, and a merge that
+  // builds those bytes gets the special's id. Other specials (a space in the text, say)
+  // can never collide and have no bytes in the model.
+  std::unordered_set<std::string> special_text;
   for (const auto& s : cfg.special_tokens) {
     if (s.empty()) return make_error(Errc::invalid_argument, "a special token cannot be empty");
-    if (word_to_id.count(s)) continue;
+    if (!special_text.insert(s).second) continue;
     auto id = static_cast<TokenId>(id_to_word.size());
-    id_to_word.push_back(s);
-    word_to_id.emplace(s, id);
+    std::string bytes;
+    if (byte_level_to_bytes(s, bytes) && !word_to_id.count(bytes)) word_to_id.emplace(bytes, id);
+    else bytes.clear();
+    id_to_word.push_back(std::move(bytes));
     added.push_back(AddedToken{s, id, true, false, false, false, false});
   }
-  std::size_t n_special = id_to_word.size();
 
   // 2. The alphabet.
   std::array<std::uint64_t, 256> freq{};
@@ -357,7 +364,6 @@ Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const B
   report.merges = merges.size();
   report.vocab = id_to_word.size();
 
-  for (std::size_t i = 0; i < n_special; ++i) id_to_word[i].clear();  // specials live in `added`
   auto model = BpeModel::build(std::move(id_to_word), std::move(merges), false);
   if (!model.ok()) return std::move(model).error();
   std::string pre_name(pre ? pre->name() : "none");

@@ -153,8 +153,10 @@ Result<std::vector<AddedToken>> parse_added(json::Value list) {
 
 // A token → id object (model.vocab, vocab.json): `tokens[id]` holds the raw bytes,
 // `text_ids` maps the file's token text to its id. Entries for which `special(id, text)`
-// holds stay out of the model (they are added tokens). Ids are checked before anything
-// is allocated: a lying file cannot make us allocate in proportion to its largest id.
+// holds are added tokens, matched in text before the model; they keep their bytes in
+// the model only when their text is byte-level text (as HF's vocabulary lookup would
+// find them: a merge can produce such a token). Ids are checked before anything is
+// allocated: a lying file cannot make us allocate in proportion to its largest id.
 struct Vocab {
   std::vector<std::string> tokens;
   StringIdMap text_ids;
@@ -184,7 +186,9 @@ Status parse_vocab(json::Value vocab, Vocab& v, Special&& special) {
     if (used[static_cast<std::size_t>(id)])
       return make_error(Errc::parse, "{}: id {} is given to two tokens", vocab.val(i).where(), id);
     used[static_cast<std::size_t>(id)] = true;
-    if (!special(id, key)) vocab_bytes(key, v.tokens[static_cast<std::size_t>(id)]);
+    std::string& bytes = v.tokens[static_cast<std::size_t>(id)];
+    if (!special(id, key)) vocab_bytes(key, bytes);
+    else if (!byte_level_to_bytes(key, bytes)) bytes.clear();
   }
   return {};
 }

@@ -1,0 +1,60 @@
+#!/bin/sh
+# HF tokenizers (its node binding) loads what tok-train writes, unchanged, and encodes
+# every line to the same ids as tok-encode, then decodes them back to the same text:
+# for each pre-tokenizer, with special tokens, on the repository's small text and, when
+# the reference data is there, on 1 MB of English and of Chinese.
+# Needs node and @anush008/tokenizers (scripts/test installs them into
+# $LMPIPE_NODE_PATH, default ~/.cache/lmpipe-npm/node_modules); skips without them.
+. "$(dirname "$0")/common.inc"
+node_path=${LMPIPE_NODE_PATH:-${XDG_CACHE_HOME:-$HOME/.cache}/lmpipe-npm/node_modules}
+if ! command -v node >/dev/null || [ ! -f "$node_path/@anush008/tokenizers/package.json" ]; then
+  echo "SKIP: node or @anush008/tokenizers not found in '$node_path' (scripts/test installs them)"
+  exit 77
+fi
+export NODE_PATH=$node_path
+js=$src/tests/conformance/hf_encode_ids.js
+
+# Text that exercises the pre-tokenizers and the special tokens.
+text=$work/text.txt
+cat "$src/tests/data/tiny.txt" >"$text"
+cat >>"$text" <<'TEXT'
+<|bos|>Special tokens<|eos|> inside a line, and <|bos|> again<|eos|>
+Digits 1234567 and 3.14159, contractions: don't, I'LL, we've.
+  leading spaces, trailing spaces   
+tabs	and	mixed 	 whitespace
+中文分词：大型语言模型的推理过程可以分解为若干阶段。
+日本語のテキストと한국어 텍스트, émigré naïve café, Ελληνικά, русский.
+emoji 🙂🚀 and symbols ∑∫√ → ←
+
+TEXT
+
+compare() {  # compare NAME TOKENIZER TEXT [lossy]
+  "$bin/tok-encode" -t "$2" "$3" >"$work/ours" || { fail=1; return; }
+  node "$js" "$2" "$3" >"$work/hf" || { fail=1; return; }
+  check "$1: HF ids = tok-encode ids" "$work/hf" "$work/ours"
+  [ "${4:-}" = lossy ] && return  # the Whitespace pre-tokenizer drops the spaces
+  node "$js" --decode "$2" "$3" >"$work/hf_text" || { fail=1; return; }
+  check "$1: HF decodes back the text" "$3" "$work/hf_text"
+}
+
+for pre in gpt2 cl100k llama3 o200k whitespace none; do
+  "$bin/tok-train" -q --vocab-size 700 --min-frequency 2 -P "$pre" \
+    -S '<|bos|>' -S '<|eos|>' -o "$work/$pre.json" "$text" || { fail=1; continue; }
+  lossy=""
+  [ "$pre" = whitespace ] && lossy=lossy
+  compare "trained, pre-tokenizer $pre" "$work/$pre.json" "$text" $lossy
+done
+"$bin/tok-train" -q --vocab-size 600 --initial-alphabet bytes -o "$work/bytes.json" "$text" || fail=1
+compare "trained with all 256 bytes" "$work/bytes.json" "$text"
+
+if have_data; then
+  head -n 2000 "$data/slices/en_1M.txt" >"$work/en.txt"
+  head -n 2000 "$data/slices/zh_1M.txt" >"$work/zh.txt"
+  "$bin/tok-train" -q --vocab-size 8000 --min-frequency 2 -P llama3 -S '<|endoftext|>' \
+    -o "$work/big.json" "$data/slices/en_1M.txt" "$data/slices/zh_1M.txt" || fail=1
+  compare "trained on 2 MB (llama3 split), English" "$work/big.json" "$work/en.txt"
+  compare "trained on 2 MB (llama3 split), Chinese" "$work/big.json" "$work/zh.txt"
+else
+  echo "note: reference data not found at '$data': the 2 MB case is not run"
+fi
+exit $fail
