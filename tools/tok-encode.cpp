@@ -81,6 +81,7 @@ Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, t
       run_parallel(slices.size(), [&](std::size_t k) { encode_slice(t, o, slices[k], *workers[k]); });
       for (std::size_t k = 0; k < slices.size(); ++k)
         if (out && !slices[k].empty()) LMP_TRY(out->write(workers[k]->out));
+      if (out) LMP_TRY(out->flush_stdout());
       if (reader->size_hint())
         progress.update(static_cast<double>(reader->bytes_read()) / static_cast<double>(reader->size_hint()));
     }
@@ -95,55 +96,103 @@ Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, t
   return {};
 }
 
-Status decode_all(const tok::Tokenizer& t, const Options& o, cli::Output& out) {
-  std::string text;
-  for (const auto& file : o.files) {
-    LMP_ASSIGN(std::string data, io::read_file(file));
-    std::string name = file == "-" ? "<stdin>" : file;
-    if (data.size() >= 6 && std::string_view(data).substr(0, 6) == npy::kMagic) {
-      std::vector<std::vector<std::int32_t>> arrays;
-      LMP_TRY(npy::read_id_arrays(data, name, arrays));
-      for (std::size_t i = 0; i < arrays.size(); ++i) {
+// One line of ids → text; `where` locates errors ("file:line").
+Status decode_line(const tok::Tokenizer& t, const Options& o, std::string_view line, const std::string& name,
+                   std::size_t line_no, std::vector<TokenId>& ids, std::string& text) {
+  ids.clear();
+  std::size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+    if (i >= line.size()) break;
+    std::size_t s = i;
+    std::int64_t v = 0;
+    bool neg = line[i] == '-';
+    if (neg) ++i;
+    while (i < line.size() && line[i] >= '0' && line[i] <= '9' && v <= 0x7FFFFFFF) v = v * 10 + (line[i++] - '0');
+    bool bad = i == s + (neg ? 1 : 0) || v > 0x7FFFFFFF ||
+               (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r');
+    if (bad) {
+      std::size_t e = line.find_first_of(" \t", s);
+      return make_error(Errc::parse, "{}:{}: invalid token id '{}'", name, line_no,
+                        line.substr(s, e == std::string_view::npos ? line.size() - s : e - s));
+    }
+    ids.push_back(static_cast<TokenId>(neg ? -v : v));
+  }
+  auto st = t.decode(ids.data(), ids.size(), text, o.skip_special);
+  if (!st.ok()) return make_error(Errc::parse, "{}:{}: {}", name, line_no, st.error().message);
+  return {};
+}
+
+// A stream of .npy id arrays, decoded array by array as they arrive; `buf` holds the
+// start of the stream.
+Status decode_npy_stream(const tok::Tokenizer& t, const Options& o, io::ChunkReader& reader,
+                         const std::string& name, std::string buf, cli::Output& out) {
+  std::string text, more;
+  std::vector<std::vector<std::int32_t>> arrays;
+  std::size_t consumed = 0, index = 0;  // bytes of the stream before `buf`; arrays decoded
+  bool eof = false;
+  for (;;) {
+    // Decode every complete array at the front of `buf`.
+    std::size_t off = 0;
+    while (off < buf.size()) {
+      std::string_view rest = std::string_view(buf).substr(off);
+      auto h = npy::parse_header(rest, name, consumed + off);
+      if (!h.ok()) {
+        if (!eof) break;  // perhaps incomplete: read more first
+        return std::move(h).error();
+      }
+      std::size_t n = h->header_bytes + h->data_bytes;
+      arrays.clear();
+      LMP_TRY(npy::read_id_arrays(rest.substr(0, n), name, arrays));
+      for (const auto& a : arrays) {
+        ++index;
         text.clear();
-        auto st = t.decode(arrays[i].data(), arrays[i].size(), text, o.skip_special);
-        if (!st.ok()) return make_error(Errc::parse, "{}: array {}: {}", name, i + 1, st.error().message);
+        auto st = t.decode(a.data(), a.size(), text, o.skip_special);
+        if (!st.ok()) return make_error(Errc::parse, "{}: array {}: {}", name, index, st.error().message);
         text += '\n';
         LMP_TRY(out.write(text));
       }
-      continue;
+      off += n;
     }
-    std::vector<TokenId> ids;
-    std::size_t pos = 0, line_no = 0;
-    while (pos < data.size()) {
-      std::size_t nl = data.find('\n', pos);
-      bool terminated = nl != std::string::npos;
-      std::string_view line(data.data() + pos, (terminated ? nl : data.size()) - pos);
-      pos = terminated ? nl + 1 : data.size();
-      ++line_no;
-      ids.clear();
-      std::size_t i = 0;
-      while (i < line.size()) {
-        while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
-        if (i >= line.size()) break;
-        std::size_t s = i;
-        std::int64_t v = 0;
-        bool neg = line[i] == '-';
-        if (neg) ++i;
-        while (i < line.size() && line[i] >= '0' && line[i] <= '9' && v <= 0x7FFFFFFF) v = v * 10 + (line[i++] - '0');
-        bool bad = i == s + (neg ? 1 : 0) || v > 0x7FFFFFFF ||
-                   (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r');
-        if (bad) {
-          std::size_t e = line.find_first_of(" \t", s);
-          return make_error(Errc::parse, "{}:{}: invalid token id '{}'", name, line_no,
-                            line.substr(s, e == std::string_view::npos ? line.size() - s : e - s));
-        }
-        ids.push_back(static_cast<TokenId>(neg ? -v : v));
+    buf.erase(0, off);
+    consumed += off;
+    LMP_TRY(out.flush_stdout());
+    if (eof) return {};
+    LMP_ASSIGN(bool got, reader.next_bytes(more, std::size_t{1} << 20));
+    if (!got) eof = true;
+    buf += more;
+    if (eof && buf.empty()) return {};
+  }
+}
+
+Status decode_all(const tok::Tokenizer& t, const Options& o, cli::Output& out) {
+  std::string chunk, text;
+  std::vector<TokenId> ids;
+  for (const auto& file : o.files) {
+    LMP_ASSIGN(auto reader, io::ChunkReader::open(file));
+    const std::string& name = reader->name();
+    std::size_t line_no = 0;
+    bool first = true;
+    for (;;) {
+      LMP_ASSIGN(bool more, reader->next(chunk, std::size_t{1} << 20));
+      if (!more) break;
+      if (first && std::string_view(chunk).substr(0, npy::kMagic.size()) == npy::kMagic) {
+        LMP_TRY(decode_npy_stream(t, o, *reader, name, std::move(chunk), out));
+        break;
       }
-      text.clear();
-      auto st = t.decode(ids.data(), ids.size(), text, o.skip_special);
-      if (!st.ok()) return make_error(Errc::parse, "{}:{}: {}", name, line_no, st.error().message);
-      if (terminated) text += '\n';
-      LMP_TRY(out.write(text));
+      first = false;
+      std::size_t pos = 0;
+      while (pos < chunk.size()) {
+        std::size_t nl = chunk.find('\n', pos);
+        bool terminated = nl != std::string::npos;
+        std::string_view line(chunk.data() + pos, (terminated ? nl : chunk.size()) - pos);
+        pos = terminated ? nl + 1 : chunk.size();
+        text.clear();
+        LMP_TRY(decode_line(t, o, line, name, ++line_no, ids, text));
+        if (terminated) text += '\n';
+        LMP_TRY(out.write(text));
+      }
+      LMP_TRY(out.flush_stdout());
     }
   }
   return {};

@@ -57,6 +57,9 @@ class Output {
   ~Output();
   Status write(std::string_view data);
   Status close();  // flush and check; commit a file
+  // Standard output: write out what is buffered now, so that the next stage of a
+  // pipeline sees each batch as it is made. A file: nothing (it is written at close).
+  Status flush_stdout() { return file_ ? Status{} : flush(); }
   bool is_stdout() const { return !file_; }
 
  private:

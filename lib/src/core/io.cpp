@@ -1,6 +1,7 @@
 #include "lmpipe/core/io.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,13 +73,22 @@ Result<std::string> read_file(const std::string& path) {
   return out;
 }
 
+namespace {
+bool input_waiting(int fd) {
+  struct pollfd p {};
+  p.fd = fd;
+  p.events = POLLIN;
+  return ::poll(&p, 1, 0) > 0;
+}
+}  // namespace
+
 Result<std::unique_ptr<ChunkReader>> ChunkReader::open(const std::string& path) {
   std::unique_ptr<ChunkReader> r(new ChunkReader());
   LMP_ASSIGN(r->fd_, open_read(path, r->name_));
   r->own_ = r->fd_ != 0;
   struct stat st {};
-  if (::fstat(r->fd_, &st) == 0 && S_ISREG(st.st_mode))
-    r->size_hint_ = static_cast<std::uint64_t>(st.st_size);
+  if (::fstat(r->fd_, &st) == 0 && S_ISREG(st.st_mode)) r->size_hint_ = static_cast<std::uint64_t>(st.st_size);
+  else r->interactive_ = true;
   return r;
 }
 
@@ -117,7 +127,34 @@ Result<bool> ChunkReader::next(std::string& out, std::size_t target) {
     std::string_view fresh(out.data() + old, static_cast<std::size_t>(r));
     std::size_t nl = fresh.rfind('\n');
     if (nl != std::string_view::npos) last_nl = old + nl;
+    // A pipe or terminal that has no more to give right now: hand over the complete
+    // lines instead of waiting for `target` bytes (a pipeline stays line by line).
+    if (interactive_ && static_cast<std::size_t>(r) < want && last_nl != std::string::npos && !input_waiting(fd_)) {
+      carry_.assign(out, last_nl + 1, std::string::npos);
+      out.resize(last_nl + 1);
+      return true;
+    }
   }
+}
+
+Result<bool> ChunkReader::next_bytes(std::string& out, std::size_t max) {
+  out.clear();
+  if (!carry_.empty()) {
+    out.swap(carry_);
+    return true;
+  }
+  if (eof_) return false;
+  out.resize(std::max<std::size_t>(max, 1));
+  ssize_t r = read_some(fd_, out.data(), out.size());
+  if (r < 0) {
+    int err = errno;
+    out.clear();
+    return make_error(Errc::io, "cannot read '{}': {}", name_, errno_message(err));
+  }
+  out.resize(static_cast<std::size_t>(r));
+  bytes_read_ += static_cast<std::uint64_t>(r);
+  if (r == 0) eof_ = true;
+  return r > 0;
 }
 
 // ---- Atomic output files -------------------------------------------------------

@@ -26,7 +26,12 @@ class ChunkReader {
   // Fill `out` with about `target` bytes that end at a line boundary ('\n'), or with
   // the rest of the input at its end (which may then not end in '\n'). Returns false
   // at end of input with `out` empty. A line longer than `target` is returned whole.
+  // From a pipe or terminal, complete lines are handed over as soon as no more input is
+  // waiting, so that a pipeline runs line by line.
   Result<bool> next(std::string& out, std::size_t target);
+  // Binary input: whatever is at hand, at most `max` bytes (bytes left over from next()
+  // first). Returns false at end of input.
+  Result<bool> next_bytes(std::string& out, std::size_t max);
   const std::string& name() const { return name_; }
   std::uint64_t bytes_read() const { return bytes_read_; }
   std::uint64_t size_hint() const { return size_hint_; }  // 0 when unknown (pipe)
@@ -36,6 +41,7 @@ class ChunkReader {
   int fd_ = -1;
   bool own_ = false;
   bool eof_ = false;
+  bool interactive_ = false;  // a pipe or terminal, not a regular file
   std::string name_;
   std::string carry_;  // bytes after the last newline of the previous chunk
   std::uint64_t bytes_read_ = 0;
