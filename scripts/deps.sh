@@ -30,5 +30,5 @@ lmp_install_npm() {
   done
   [ -z "$need" ] && return 0
   echo "npm install:$need" >&2
-  mkdir -p "$dir" && (cd "$dir" && npm install --silent --no-audit --no-fund --no-save $need >/dev/null)
+  mkdir -p "$dir" && (cd "$dir" && npm install --no-audit --no-fund --no-save --loglevel=error $need >/dev/null)
 }
