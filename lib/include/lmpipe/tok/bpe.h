@@ -42,7 +42,7 @@ struct BpeScratch {
     std::uint64_t key = ~std::uint64_t{0};
     std::uint64_t merge = 0;
   };
-  static constexpr std::size_t kPairCacheBits = 13;
+  static constexpr std::size_t kPairCacheBits = 15;
   std::vector<PairSlot> pair_cache = std::vector<PairSlot>(std::size_t{1} << kPairCacheBits);
 };
 
