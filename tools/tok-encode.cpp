@@ -14,16 +14,12 @@ struct Options {
   std::string tokenizer, output = "-", format = "text", pre_tokenizer;
   std::vector<std::string> files, special_tokens;
   bool decode = false, pieces = false, stats = false, json = false, no_special = false, skip_special = false;
-  bool force = false;
+  bool force = false, add_special = false, lowercase = false, no_lowercase = false;
   int threads = 1;
 };
 
-// Shown for --pieces: the byte-level text HF tokenizers shows (Ġ for a space).
-std::string piece_text(const tok::Tokenizer& t, TokenId id) {
-  if (const tok::AddedToken* a = t.added_token(id)) return a->content;
-  auto p = t.piece(id);
-  return p ? tok::bytes_to_byte_level(*p) : "?";
-}
+// Shown for --pieces: the text HF tokenizers shows (Ġ for a space in byte-level BPE).
+std::string piece_text(const tok::Tokenizer& t, TokenId id) { return t.token_string(id); }
 
 struct Worker {
   explicit Worker(const tok::Tokenizer& t) : session(t) {}
@@ -46,11 +42,14 @@ void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view sl
     pos = terminated ? nl + 1 : slice.size();
     w.ids.clear();
     w.pieces.clear();
-    std::uint64_t dropped = w.session.dropped_bytes();
+    std::uint64_t dropped = w.session.dropped_bytes(), unknown = w.session.unknown_words();
+    if (o.add_special) w.ids.assign(t.template_prefix().begin(), t.template_prefix().end());
     t.encode(line, w.ids, w.session, !o.no_special);
+    if (o.add_special) w.ids.insert(w.ids.end(), t.template_suffix().begin(), t.template_suffix().end());
     if (o.stats) {
       w.stats.add_line(line, w.ids.size(), w.pieces);
       w.stats.dropped_bytes += w.session.dropped_bytes() - dropped;
+      w.stats.unknown_words += w.session.unknown_words() - unknown;
     }
     if (o.format == "npy") {
       npy::append_i32(w.out, w.ids.data(), w.ids.size());
@@ -221,6 +220,10 @@ int main(int argc, char** argv) {
                  "for tiktoken files not named after their encoding: gpt2, cl100k, o200k");
   app.add_option("--special-token", o.special_tokens, "for tiktoken files: TEXT=ID, repeatable");
   app.add_flag("--force", o.force, "write .npy to a terminal anyway");
+  app.add_flag("--add-special", o.add_special,
+               "add the tokenizer's sequence template ([CLS] ... [SEP] for BERT); default: none, like spm_encode");
+  app.add_flag("--lowercase", o.lowercase, "BERT vocab.txt: lowercase and strip accents (default: guessed from the vocabulary)");
+  app.add_flag("--no-lowercase", o.no_lowercase, "BERT vocab.txt: keep case and accents");
 
   lmp::cli::ToolSpec spec{
       "tok-encode", "[OPTION]... -t TOKENIZER [FILE]...",
@@ -232,7 +235,8 @@ int main(int argc, char** argv) {
       "  echo 'Hello world' | tok-encode -t gpt2/tokenizer.json --pieces\n"
       "  tok-encode -t cl100k_base.tiktoken --stats -j 2 wiki.txt\n"
       "  tok-encode -t tok.json notes.txt | tok-encode -t tok.json --decode | cmp - notes.txt\n"
-      "  tok-encode -t tok.json -f npy corpus.txt -o corpus.npy"};
+      "  tok-encode -t tok.json -f npy corpus.txt -o corpus.npy\n"
+      "  echo 'Hello, world!' | tok-encode -t bert-base-uncased/vocab.txt --add-special --pieces"};
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
     if (o.files.empty()) o.files.push_back("-");
@@ -242,6 +246,9 @@ int main(int argc, char** argv) {
     if (o.json && !o.stats) throw cli::UsageError("--json goes with --stats");
     tok::LoadOptions lo;
     lo.pre_tokenizer = o.pre_tokenizer;
+    if (o.lowercase && o.no_lowercase) throw cli::UsageError("--lowercase and --no-lowercase contradict each other");
+    if (o.lowercase) lo.lowercase = true;
+    if (o.no_lowercase) lo.lowercase = false;
     for (const auto& s : o.special_tokens) {
       auto eq = s.rfind('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())

@@ -48,7 +48,7 @@ TEST_CASE("BPE trainer reproduces HF's BpeTrainer on its own test case", "[tok][
   CHECK(*t->piece(22) == "re");
   CHECK(*t->piece(23) == "are");
   CHECK(*t->piece(24) == "is");
-  auto& m = t->model().merge_list();
+  auto& m = t->bpe()->merge_list();
   REQUIRE(m.size() == 3);
   CHECK(m[0] == std::pair<TokenId, TokenId>{17, 11});
   CHECK(m[1] == std::pair<TokenId, TokenId>{8, 22});
@@ -134,16 +134,16 @@ TEST_CASE("a merge that builds a special token's text reuses its id, as in HF", 
   BpeTrainerConfig cfg;
   cfg.special_tokens = {"<s>", "a b"};
   auto t = train(wc, cfg);
-  const auto& merges = t->model().merge_list();
+  const auto& merges = t->bpe()->merge_list();
   bool built_special = false;
   for (const auto& [a, b] : merges) {
-    const MergeInfo* m = t->model().merge(a, b);
+    const MergeInfo* m = t->bpe()->merge(a, b);
     REQUIRE(m != nullptr);
     if (m->id == 0) built_special = true;
     CHECK(m->id != 1);
   }
   CHECK(built_special);
-  CHECK(t->model().find("a b") != 1);
+  CHECK(t->bpe()->find("a b") != 1);
   // The special matched in text and the same bytes built by the model's merges give one id.
   Session sess(*t);
   std::vector<TokenId> enc;
@@ -151,6 +151,6 @@ TEST_CASE("a merge that builds a special token's text reuses its id, as in HF", 
   CHECK(enc == std::vector<TokenId>{0});
   enc.clear();
   BpeScratch scratch;
-  t->model().encode("<s>", enc, scratch);
+  t->bpe()->encode("<s>", enc, scratch);
   CHECK(enc == std::vector<TokenId>{0});
 }

@@ -11,6 +11,7 @@ namespace lmp::json {
 Type Value::type() const { return doc_->nodes_[idx_].type; }
 
 std::string_view Value::str() const {
+  if (!doc_) return {};
   const auto& n = doc_->nodes_[idx_];
   if (n.type != Type::string) return {};
   if (n.flag) return doc_->arena_[n.a];
@@ -18,18 +19,21 @@ std::string_view Value::str() const {
 }
 
 double Value::num() const {
+  if (!doc_) return 0.0;
   const auto& n = doc_->nodes_[idx_];
   return n.type == Type::number ? doc_->nums_[n.a].num : 0.0;
 }
-bool Value::boolean() const { return doc_->nodes_[idx_].flag; }
+bool Value::boolean() const { return doc_ && doc_->nodes_[idx_].type == Type::boolean && doc_->nodes_[idx_].flag; }
 
 std::optional<std::int64_t> Value::integer() const {
+  if (!doc_) return std::nullopt;
   const auto& n = doc_->nodes_[idx_];
   if (n.type != Type::number || !n.flag) return std::nullopt;
   return doc_->nums_[n.a].i64;
 }
 
 std::size_t Value::size() const {
+  if (!doc_) return 0;
   const auto& n = doc_->nodes_[idx_];
   if (n.type == Type::array) return n.b;
   if (n.type == Type::object) return n.b / 2;
@@ -37,14 +41,17 @@ std::size_t Value::size() const {
 }
 
 Value Value::operator[](std::size_t i) const {
+  if (!is_array() || i >= size()) return {};
   const auto& n = doc_->nodes_[idx_];
   return Value(doc_, doc_->kids_[n.a + i]);
 }
 Value Value::key(std::size_t i) const {
+  if (!is_object() || i >= size()) return {};
   const auto& n = doc_->nodes_[idx_];
   return Value(doc_, doc_->kids_[n.a + 2 * i]);
 }
 Value Value::val(std::size_t i) const {
+  if (!is_object() || i >= size()) return {};
   const auto& n = doc_->nodes_[idx_];
   return Value(doc_, doc_->kids_[n.a + 2 * i + 1]);
 }

@@ -4,6 +4,7 @@
 #include <unicode/unorm2.h>
 #include <unicode/uscript.h>
 #include <unicode/ustring.h>
+#include <unicode/utf16.h>
 
 #include <memory>
 #include <mutex>
@@ -78,6 +79,16 @@ std::uint16_t compute_class(std::uint32_t cp) {
     case U_OTHER_PUNCTUATION: k |= kPunct; break;
     default: break;
   }
+  switch (u_charType(c)) {
+    case U_CONTROL_CHAR:
+    case U_FORMAT_CHAR:
+    case U_SURROGATE:
+    case U_PRIVATE_USE_CHAR:
+    case U_UNASSIGNED: k |= kOther; break;
+    case U_NON_SPACING_MARK: k |= kNonspacing; break;
+    default: break;
+  }
+  if (u_hasBinaryProperty(c, UCHAR_CHANGES_WHEN_LOWERCASED)) k |= kLowerChanges;
   if (u_hasBinaryProperty(c, UCHAR_WHITE_SPACE)) k |= kSpace;
   if (cp == '\r' || cp == '\n') k |= kCR_LF;
   UErrorCode st = U_ZERO_ERROR;
@@ -176,6 +187,106 @@ std::string normalize(std::string_view s, NormalForm form) {
   }
   normalize_valid(out, s.substr(run), n);
   return out;
+}
+
+}  // namespace lmp::text
+
+namespace lmp::text {
+
+void append_lower(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp);
+    return;
+  }
+  if (cp >= kInvalidBase || !(char_class(cp) & kLowerChanges)) {
+    append_utf8(out, cp);
+    return;
+  }
+  UChar src[2];
+  int32_t n = 0;
+  U16_APPEND_UNSAFE(src, n, static_cast<UChar32>(cp));
+  UChar dst[8];
+  UErrorCode st = U_ZERO_ERROR;
+  int32_t len = u_strToLower(dst, 8, src, n, "", &st);
+  if (U_FAILURE(st) || len > 8) {
+    append_utf8(out, cp);
+    return;
+  }
+  for (int32_t i = 0; i < len;) {
+    UChar32 c;
+    U16_NEXT(dst, i, len, c);
+    append_utf8(out, static_cast<std::uint32_t>(c));
+  }
+}
+
+bool is_cjk_ideograph(std::uint32_t cp) {
+  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
+         (cp >= 0x2A700 && cp <= 0x2B73F) || (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B920 && cp <= 0x2CEAF) ||
+         (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+void bert_normalize(std::string_view s, const BertNormalization& o, std::string& out) {
+  out.clear();
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  // 1. Clean and pad ideographs.
+  std::string a;
+  std::string& step1 = (o.strip_accents || o.lowercase) ? a : out;
+  step1.reserve(s.size() + 8);
+  for (std::size_t i = 0; i < s.size();) {
+    auto c = decode_utf8(p, s.size(), i);
+    i += c.len;
+    std::uint32_t cp = c.cp;
+    if (o.clean_text) {
+      if (cp >= kInvalidBase || cp == 0 || cp == 0xFFFD) continue;
+      if (cp == '\t' || cp == '\n' || cp == '\r') {
+        cp = ' ';
+      } else {
+        std::uint16_t k = char_class(cp);
+        if (k & kOther) continue;
+        if (k & kSpace) cp = ' ';
+      }
+    }
+    if (o.chinese_chars && is_cjk_ideograph(cp)) {
+      step1 += ' ';
+      append_utf8(step1, cp);
+      step1 += ' ';
+    } else {
+      append_utf8(step1, cp);
+    }
+  }
+  if (!o.strip_accents && !o.lowercase) return;
+  // 2. Strip accents: NFD, then drop nonspacing marks.
+  std::string d;
+  std::string_view cur = a;
+  if (o.strip_accents) {
+    std::string nfd = normalize(a, NormalForm::nfd);
+    d.reserve(nfd.size());
+    const auto* q = reinterpret_cast<const unsigned char*>(nfd.data());
+    for (std::size_t i = 0; i < nfd.size();) {
+      auto c = decode_utf8(q, nfd.size(), i);
+      if (c.cp < 0x80 || !(char_class(c.cp) & kNonspacing)) d.append(nfd, i, c.len);
+      i += c.len;
+    }
+    cur = d;
+  }
+  if (!o.lowercase) {
+    out.assign(cur);
+    return;
+  }
+  // 3. Lowercase, character by character.
+  out.reserve(cur.size());
+  const auto* q = reinterpret_cast<const unsigned char*>(cur.data());
+  for (std::size_t i = 0; i < cur.size();) {
+    if (q[i] < 0x80) {
+      char ch = static_cast<char>(q[i]);
+      out += (ch >= 'A' && ch <= 'Z') ? static_cast<char>(ch + 32) : ch;
+      ++i;
+      continue;
+    }
+    auto c = decode_utf8(q, cur.size(), i);
+    append_lower(out, c.cp);
+    i += c.len;
+  }
 }
 
 }  // namespace lmp::text

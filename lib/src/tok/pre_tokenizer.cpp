@@ -213,6 +213,41 @@ class WhitespacePreTokenizer final : public PreTokenizer {
   std::string_view pattern() const override { return kWhitespacePattern; }
 };
 
+// HF's BertPreTokenizer: whitespace (White_Space) separates and is dropped; each
+// punctuation character — ASCII punctuation (symbols such as $ + < = > ^ ` | ~
+// included) or \p{P} — is a piece of its own.
+class BertPreTokenizer final : public PreTokenizer {
+ public:
+  void split(std::string_view s, std::vector<Range>& out) const override {
+    Text t(s);
+    std::size_t i = 0, start = 0;
+    auto flush = [&](std::size_t end) {
+      if (end > start) out.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(end)});
+    };
+    while (i < t.size()) {
+      At a = t.at(i);
+      bool punct = a.cp < 0x80 ? is_ascii_punct(a.cp) : (a.cls & text::kPunct) != 0;
+      if (a.cls & kS) {
+        flush(i);
+        start = i + a.len;
+      } else if (punct) {
+        flush(i);
+        out.push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i + a.len)});
+        start = i + a.len;
+      }
+      i += a.len;
+    }
+    flush(t.size());
+  }
+  std::string_view name() const override { return "bert"; }
+  std::string_view pattern() const override { return ""; }
+
+ private:
+  static bool is_ascii_punct(std::uint32_t c) {
+    return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
+  }
+};
+
 class NoPreTokenizer final : public PreTokenizer {
  public:
   void split(std::string_view s, std::vector<Range>& out) const override {
@@ -365,8 +400,9 @@ Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name) 
   if (name == "o200k") return make_icu_regex_pre_tokenizer(kO200kPattern);
   if (name == "whitespace") return std::unique_ptr<PreTokenizer>(new WhitespacePreTokenizer());
   if (name == "none") return std::unique_ptr<PreTokenizer>(new NoPreTokenizer());
+  if (name == "bert") return std::unique_ptr<PreTokenizer>(new BertPreTokenizer());
   return make_error(Errc::invalid_argument,
-                    "unknown pre-tokenizer '{}' (known: gpt2, cl100k, llama3, o200k, whitespace, none)",
+                    "unknown pre-tokenizer '{}' (known: gpt2, cl100k, llama3, o200k, whitespace, bert, none)",
                     name);
 }
 

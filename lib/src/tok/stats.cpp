@@ -55,6 +55,7 @@ void EncodeStats::merge(const EncodeStats& o) {
   words += o.words;
   word_tokens += o.word_tokens;
   dropped_bytes += o.dropped_bytes;
+  unknown_words += o.unknown_words;
   for (const auto& [w, i] : o.frag_) {
     auto it = frag_.find(w);
     if (it != frag_.end()) it->second.count += i.count;
@@ -105,9 +106,7 @@ std::string split_pieces(const Tokenizer& t, std::string_view w) {
   std::string o;
   for (TokenId id : ids) {
     if (!o.empty()) o += " | ";
-    auto p = t.piece(id);
-    std::string_view v = p ? *p : std::string_view("?");
-    o += bytes_to_byte_level(v);  // as --pieces shows them (Ġ = space)
+    o += t.token_string(id);  // as --pieces shows them (Ġ = space in byte-level BPE)
   }
   return o;
 }
@@ -124,6 +123,9 @@ std::string EncodeStats::report(const Tokenizer& t, std::size_t top) const {
   o += fmt::format("words               {}\n", words);
   o += fmt::format("tokens per word     {:.3f}  (fertility)\n", ratio(word_tokens, words));
   if (dropped_bytes) o += fmt::format("dropped bytes       {}  (no token in the vocabulary)\n", dropped_bytes);
+  if (unknown_words)
+    o += fmt::format("unknown words       {}  ({:.3f}% of words became the unknown token)\n", unknown_words,
+                     100.0 * ratio(unknown_words, words));
   auto frag = most_fragmented(top);
   if (!frag.empty()) {
     o += fmt::format("most fragmented words (tokens, occurrences, word: pieces):\n");
@@ -138,9 +140,9 @@ std::string EncodeStats::report_json(const Tokenizer& t, std::size_t top) const 
   std::string o = fmt::format(
       "{{\"lines\":{},\"bytes\":{},\"characters\":{},\"tokens\":{},\"bytes_per_token\":{:.6f},"
       "\"chars_per_token\":{:.6f},\"words\":{},\"tokens_per_word\":{:.6f},\"dropped_bytes\":{},"
-      "\"most_fragmented\":[",
+      "\"unknown_words\":{},\"most_fragmented\":[",
       lines, bytes, chars, tokens, ratio(bytes, tokens), ratio(chars, tokens), words, ratio(word_tokens, words),
-      dropped_bytes);
+      dropped_bytes, unknown_words);
   auto frag = most_fragmented(top);
   for (std::size_t i = 0; i < frag.size(); ++i) {
     if (i) o += ",";

@@ -4,6 +4,8 @@
 #include <functional>
 
 #include "lmpipe/text/unicode.h"
+#include "lmpipe/tok/byte_level.h"
+#include "lmpipe/tok/wordpiece.h"
 
 namespace lmp::tok {
 
@@ -18,18 +20,38 @@ bool is_word_byte_char(std::uint32_t cp) {
 
 Session::Session(const Tokenizer&) : cache_(kCacheSize) {}
 
+namespace {
+TokenizerSpec bpe_spec(std::unique_ptr<PreTokenizer> pre, Normalization norm, bool prefix_space) {
+  TokenizerSpec s;
+  s.pre = std::move(pre);
+  s.norm = norm;
+  s.prefix_space = prefix_space;
+  return s;
+}
+}  // namespace
+
 Tokenizer::Tokenizer(BpeModel model, std::unique_ptr<PreTokenizer> pre, Normalization norm,
                      bool prefix_space, std::vector<AddedToken> added, TokenizerInfo info)
+    : Tokenizer(std::make_unique<BpeModel>(std::move(model)), bpe_spec(std::move(pre), norm, prefix_space),
+                std::move(added), std::move(info)) {}
+
+Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vector<AddedToken> added,
+                     TokenizerInfo info)
     : model_(std::move(model)),
-      pre_(std::move(pre)),
-      norm_(norm),
-      prefix_space_(prefix_space),
+      pre_(std::move(spec.pre)),
+      norm_(spec.norm),
+      bert_(spec.bert),
+      prefix_space_(spec.prefix_space),
+      decoder_(spec.decoder),
+      template_prefix_(std::move(spec.template_prefix)),
+      template_suffix_(std::move(spec.template_suffix)),
       added_(std::move(added)),
       info_(std::move(info)) {
+  if (model_->type() == ModelType::bpe) bpe_ = static_cast<const BpeModel*>(model_.get());
   std::stable_sort(added_.begin(), added_.end(), [](const AddedToken& a, const AddedToken& b) {
     return a.content.size() > b.content.size();
   });
-  vocab_size_ = model_.vocab_size();
+  vocab_size_ = model_->vocab_size();
   for (const auto& a : added_) vocab_size_ = std::max(vocab_size_, static_cast<std::size_t>(a.id) + 1);
   std::size_t n = vocab_size_;
   by_id_.assign(n, nullptr);
@@ -43,9 +65,16 @@ Tokenizer::Tokenizer(BpeModel model, std::unique_ptr<PreTokenizer> pre, Normaliz
 std::optional<std::string_view> Tokenizer::piece(TokenId id) const {
   if (id < 0 || static_cast<std::size_t>(id) >= vocab_size()) return std::nullopt;
   if (const AddedToken* a = added_token(id)) return std::string_view(a->content);
-  if (static_cast<std::size_t>(id) < model_.vocab_size() && !model_.token(id).empty())
-    return std::string_view(model_.token(id));
+  std::string_view t = model_->token_text(id);
+  if (!t.empty()) return t;
   return std::nullopt;
+}
+
+std::string Tokenizer::token_string(TokenId id) const {
+  if (const AddedToken* a = added_token(id)) return a->content;
+  auto p = piece(id);
+  if (!p) return "?";
+  return bpe_ ? bytes_to_byte_level(*p) : std::string(*p);
 }
 
 const AddedToken* Tokenizer::match_added(std::string_view text, std::size_t pos) const {
@@ -101,7 +130,10 @@ void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Session
 void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s) const {
   if (seg.empty()) return;
   std::string_view t = seg;
-  if (norm_ != Normalization::none || (prefix_space_ && seg[0] != ' ')) {
+  if (bert_) {
+    text::bert_normalize(seg, *bert_, s.norm_);
+    t = s.norm_;
+  } else if (norm_ != Normalization::none || (prefix_space_ && seg[0] != ' ')) {
     if (norm_ == Normalization::none) s.norm_.assign(seg);
     else s.norm_ = text::normalize(seg, norm_ == Normalization::nfc ? text::NormalForm::nfc
                                                                     : text::NormalForm::nfkc);
@@ -121,7 +153,8 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
 
 void Tokenizer::encode_piece(std::string_view piece, std::vector<TokenId>& out, Session& s) const {
   if (piece.size() > kCacheMaxPiece || piece.size() < 2) {
-    model_.encode(piece, out, s.scratch_);
+    if (bpe_) bpe_->encode(piece, out, s.scratch_.bpe);
+    else model_->encode(piece, out, s.scratch_);
     return;
   }
   std::size_t h = std::hash<std::string_view>{}(piece) & (kCacheSize - 1);
@@ -131,24 +164,58 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<TokenId>& out, 
     return;
   }
   std::size_t before = out.size();
-  std::uint64_t dropped = s.scratch_.dropped_bytes;
-  model_.encode(piece, out, s.scratch_);
-  if (s.scratch_.dropped_bytes != dropped) return;  // keep the drop count exact: don't cache
+  std::uint64_t dropped = s.scratch_.bpe.dropped_bytes, unknown = s.scratch_.unknown;
+  model_->encode(piece, out, s.scratch_);
+  // Keep the drop and unknown counts exact: don't cache what changed them.
+  if (s.scratch_.bpe.dropped_bytes != dropped || s.scratch_.unknown != unknown) return;
   e.key.assign(piece);
   e.ids.assign(out.begin() + static_cast<std::ptrdiff_t>(before), out.end());
 }
 
+namespace {
+// HF's WordPiece decoder cleanup, applied to each token as it is appended.
+void wordpiece_cleanup(std::string& s) {
+  static constexpr std::pair<std::string_view, std::string_view> kRules[] = {
+      {" .", "."},   {" ?", "?"},     {" !", "!"},           {" ,", ","},     {" ' ", "'"},    {" n't", "n't"},
+      {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (auto [from, to] : kRules) {
+    for (std::size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size()))
+      s.replace(p, from.size(), to);
+  }
+}
+}  // namespace
+
 Status Tokenizer::decode(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const {
+  std::string_view prefix;
+  if (decoder_ == Decoder::wordpiece && model_->type() == ModelType::wordpiece)
+    prefix = static_cast<const WordPieceModel&>(*model_).options().prefix;
+  std::string tok;
+  std::size_t emitted = 0;
   for (std::size_t k = 0; k < n; ++k) {
     TokenId id = ids[k];
+    std::string_view text;
     if (const AddedToken* a = added_token(id)) {
-      if (!(skip_special && a->special)) out += a->content;
+      if (skip_special && a->special) continue;
+      text = a->content;
+    } else {
+      text = model_->token_text(id);
+      if (text.empty())
+        return make_error(Errc::out_of_range, "token id {} is not in the vocabulary (size {})", id, vocab_size());
+    }
+    if (decoder_ == Decoder::byte_level) {
+      out += text;
       continue;
     }
-    if (id < 0 || static_cast<std::size_t>(id) >= model_.vocab_size() || model_.token(id).empty())
-      return make_error(Errc::out_of_range, "token id {} is not in the vocabulary (size {})", id,
-                        vocab_size());
-    out += model_.token(id);
+    // WordPiece: a continuation piece is glued to the previous one, a word gets a space.
+    tok.clear();
+    if (emitted > 0) {
+      if (!prefix.empty() && text.substr(0, prefix.size()) == prefix) text.remove_prefix(prefix.size());
+      else tok += ' ';
+    }
+    tok += text;
+    wordpiece_cleanup(tok);
+    out += tok;
+    ++emitted;
   }
   return {};
 }

@@ -10,6 +10,7 @@
 #include "lmpipe/text/unicode.h"
 #include "lmpipe/tok/byte_level.h"
 #include "lmpipe/tok/tokenizer.h"
+#include "lmpipe/tok/wordpiece.h"
 
 namespace lmp::tok {
 
@@ -163,7 +164,7 @@ struct Vocab {
 };
 
 template <class Special>
-Status parse_vocab(json::Value vocab, Vocab& v, Special&& special) {
+Status parse_vocab(json::Value vocab, Vocab& v, Special&& special, bool byte_level = true) {
   std::int64_t max_id = -1;
   for (std::size_t i = 0; i < vocab.size(); ++i) {
     auto id = vocab.val(i).integer();
@@ -187,7 +188,8 @@ Status parse_vocab(json::Value vocab, Vocab& v, Special&& special) {
       return make_error(Errc::parse, "{}: id {} is given to two tokens", vocab.val(i).where(), id);
     used[static_cast<std::size_t>(id)] = true;
     std::string& bytes = v.tokens[static_cast<std::size_t>(id)];
-    if (!special(id, key)) vocab_bytes(key, bytes);
+    if (!byte_level) bytes.assign(key);
+    else if (!special(id, key)) vocab_bytes(key, bytes);
     else if (!byte_level_to_bytes(key, bytes)) bytes.clear();
   }
   return {};
@@ -233,6 +235,8 @@ Error locate_merge_error(Error e, std::size_t n_merges, Where&& where) {
   return e;
 }
 
+Result<std::unique_ptr<Tokenizer>> load_wordpiece_json(json::Value root, const std::string& name);
+
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const std::string& name) {
@@ -243,8 +247,9 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const s
   if (!model.is_object()) return make_error(Errc::parse, "{}: not a tokenizer.json (no \"model\")", name);
   std::string_view type = model.get("type").str();
   if (type.empty() && model.get("merges").valid()) type = "BPE";
+  if (type == "WordPiece") return load_wordpiece_json(root, name);
   if (type != "BPE")
-    return make_error(Errc::unsupported, "{}: model type '{}' is not supported (byte-level BPE only)",
+    return make_error(Errc::unsupported, "{}: model type '{}' is not supported (byte-level BPE and WordPiece are)",
                       model.where(), type);
   PreSpec spec;
   LMP_TRY(parse_pre_step(root.get("pre_tokenizer"), spec));
@@ -298,6 +303,162 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const s
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
   return std::make_unique<Tokenizer>(std::move(built).value(), std::move(spec.pre), norm,
                                      spec.prefix_space, std::move(added), std::move(info));
+}
+
+// ---- WordPiece (BERT) ----------------------------------------------------------------
+
+namespace {
+
+// BERT's special tokens, which HF's BertTokenizerFast makes added tokens.
+constexpr std::string_view kBertSpecials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+
+// [CLS] … [SEP] as the template, when both are in the vocabulary.
+void bert_template(const WordPieceModel& m, TokenizerSpec& spec) {
+  TokenId cls = m.find("[CLS]"), sep = m.find("[SEP]");
+  if (cls >= 0 && sep >= 0) {
+    spec.template_prefix = {cls};
+    spec.template_suffix = {sep};
+  }
+}
+
+Result<text::BertNormalization> parse_bert_normalizer(json::Value v) {
+  text::BertNormalization b;
+  auto flag = [&](const char* k, bool dflt) { return v.get(k).is_bool() ? v.get(k).boolean() : dflt; };
+  b.clean_text = flag("clean_text", true);
+  b.chinese_chars = flag("handle_chinese_chars", true);
+  b.lowercase = flag("lowercase", true);
+  b.strip_accents = flag("strip_accents", b.lowercase);  // null: follows lowercase
+  return b;
+}
+
+// The sequence template of a post_processor (TemplateProcessing or BertProcessing).
+Status parse_template(json::Value pp, TokenizerSpec& spec) {
+  if (!pp.is_object()) return {};
+  std::string_view type = pp.get("type").str();
+  if (type == "BertProcessing" || type == "RobertaProcessing") {
+    auto id_of = [&](const char* k) -> Result<TokenId> {
+      json::Value a = pp.get(k);
+      if (!a.is_array() || a.size() != 2 || !a[1].integer())
+        return make_error(Errc::parse, "{}: {}: expected [token, id]", pp.where(), k);
+      return static_cast<TokenId>(*a[1].integer());
+    };
+    LMP_ASSIGN(TokenId cls, id_of("cls"));
+    LMP_ASSIGN(TokenId sep, id_of("sep"));
+    spec.template_prefix = {cls};
+    spec.template_suffix = {sep};
+    return {};
+  }
+  if (type != "TemplateProcessing") return {};
+  json::Value single = pp.get("single"), specials = pp.get("special_tokens");
+  if (!single.is_array()) return make_error(Errc::parse, "{}: TemplateProcessing without \"single\"", pp.where());
+  bool after = false;
+  for (std::size_t i = 0; i < single.size(); ++i) {
+    json::Value item = single[i];
+    if (item.get("Sequence").valid()) {
+      after = true;
+      continue;
+    }
+    json::Value st = item.get("SpecialToken");
+    std::string_view name = st.get("id").str();
+    json::Value ids = specials.get(name).get("ids");
+    if (!ids.is_array())
+      return make_error(Errc::parse, "{}: special token '{}' of the template has no ids", item.where(), name);
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      auto id = ids[k].integer();
+      if (!id || *id < 0 || *id > 0x7FFFFFFF) return make_error(Errc::parse, "{}: invalid id", ids[k].where());
+      (after ? spec.template_suffix : spec.template_prefix).push_back(static_cast<TokenId>(*id));
+    }
+  }
+  return {};
+}
+
+Result<std::unique_ptr<Tokenizer>> load_wordpiece_json(json::Value root, const std::string& name) {
+  json::Value model = root.get("model");
+  json::Value vocab = model.get("vocab");
+  if (!vocab.is_object()) return make_error(Errc::parse, "{}: model.vocab must be an object", model.where());
+  Vocab v;
+  LMP_TRY(parse_vocab(vocab, v, [](TokenId, std::string_view) { return false; }, /*byte_level=*/false));
+  WordPieceOptions o;
+  if (model.get("unk_token").is_string()) o.unk_token = std::string(model.get("unk_token").str());
+  if (model.get("continuing_subword_prefix").is_string())
+    o.prefix = std::string(model.get("continuing_subword_prefix").str());
+  if (auto m = model.get("max_input_chars_per_word").integer(); m && *m > 0) o.max_chars = static_cast<std::size_t>(*m);
+  auto built = WordPieceModel::build(std::move(v.tokens), o);
+  if (!built.ok()) return with_context(std::move(built).error(), model.where());
+  auto wp = std::make_unique<WordPieceModel>(std::move(built).value());
+
+  TokenizerSpec spec;
+  json::Value norm = root.get("normalizer");
+  if (norm.is_object() && norm.get("type").str() == "BertNormalizer") {
+    LMP_ASSIGN(spec.bert, parse_bert_normalizer(norm));
+  } else {
+    LMP_ASSIGN(spec.norm, parse_normalizer(norm));
+  }
+  json::Value pre = root.get("pre_tokenizer");
+  std::string_view pre_type = pre.is_object() ? pre.get("type").str() : "";
+  if (pre_type == "BertPreTokenizer") {
+    LMP_ASSIGN(spec.pre, make_pre_tokenizer("bert"));
+  } else if (pre_type == "Whitespace") {
+    LMP_ASSIGN(spec.pre, make_pre_tokenizer("whitespace"));
+  } else if (!pre.is_null()) {
+    return make_error(Errc::unsupported, "{}: pre-tokenizer type '{}' is not supported for WordPiece", pre.where(),
+                      pre_type);
+  }
+  spec.decoder = Decoder::wordpiece;
+  LMP_TRY(parse_template(root.get("post_processor"), spec));
+  LMP_ASSIGN(auto added, parse_added(root.get("added_tokens")));
+  LMP_TRY(check_added_ids(added, wp->vocab_size(), root.get("added_tokens").where()));
+  TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
+  return std::make_unique<Tokenizer>(std::move(wp), std::move(spec), std::move(added), std::move(info));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> load_vocab_txt(const std::string& path, const LoadOptions& opts) {
+  LMP_ASSIGN(std::string text, io::read_file(path));
+  std::vector<std::string> tokens;
+  std::size_t pos = 0, line_no = 0;
+  StringIdMap seen;
+  while (pos < text.size()) {
+    std::size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string_view line(text.data() + pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) return make_error(Errc::parse, "{}:{}: empty line in a vocab.txt (every line is a token)", path, line_no);
+    if (!text::is_valid_utf8(line)) return make_error(Errc::parse, "{}:{}: token is not valid UTF-8", path, line_no);
+    tokens.emplace_back(line);
+  }
+  if (tokens.empty()) return make_error(Errc::parse, "{}: empty vocabulary", path);
+  // Uncased vocabularies (bert-base-uncased, bert-base-chinese) have no capital letters
+  // outside the [SPECIAL] tokens; a cased one (bert-base-cased) has thousands.
+  bool lowercase = true;
+  if (opts.lowercase) {
+    lowercase = *opts.lowercase;
+  } else {
+    for (const auto& t : tokens) {
+      if (t.size() >= 2 && t.front() == '[' && t.back() == ']') continue;
+      if (std::any_of(t.begin(), t.end(), [](char c) { return c >= 'A' && c <= 'Z'; })) {
+        lowercase = false;
+        break;
+      }
+    }
+  }
+  std::vector<AddedToken> added;
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    for (std::string_view s : kBertSpecials)
+      if (tokens[i] == s) added.push_back(AddedToken{tokens[i], static_cast<TokenId>(i), true, false, false, false, false});
+  auto built = WordPieceModel::build(std::move(tokens), WordPieceOptions{});
+  if (!built.ok()) return with_context(std::move(built).error(), path);
+  auto wp = std::make_unique<WordPieceModel>(std::move(built).value());
+  TokenizerSpec spec;
+  spec.bert = text::BertNormalization{true, true, lowercase, lowercase};
+  LMP_ASSIGN(spec.pre, make_pre_tokenizer("bert"));
+  spec.decoder = Decoder::wordpiece;
+  bert_template(*wp, spec);
+  TokenizerInfo info{path, "vocab.txt", "bert"};
+  return std::make_unique<Tokenizer>(std::move(wp), std::move(spec), std::move(added), std::move(info));
 }
 
 // ---- GPT-2 vocab.json + merges.txt ------------------------------------------------
@@ -503,9 +664,12 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, const
   if (sp != std::string_view::npos && sp > 0 &&
       first.find_first_not_of("0123456789", sp + 1) == std::string_view::npos)
     return load_tiktoken(path, opts);
+  // One token per line, no spaces: a BERT vocab.txt.
+  if ((base.size() >= 4 && base.substr(base.size() - 4) == ".txt") && text.find(' ') == std::string::npos)
+    return load_vocab_txt(path, opts);
   return make_error(Errc::parse,
-                    "{}: not a tokenizer file (expected an HF tokenizer.json, a GPT-2 vocab.json or a "
-                    "tiktoken rank file)",
+                    "{}: not a tokenizer file (expected an HF tokenizer.json, a GPT-2 vocab.json, a "
+                    "tiktoken rank file or a BERT vocab.txt)",
                     path);
 }
 
@@ -544,14 +708,81 @@ void append_pre_json(std::string& o, const Tokenizer& t) {
   o += "]}";
 }
 
-std::string token_text(const Tokenizer& t, TokenId id) {
-  if (const AddedToken* a = t.added_token(id)) return a->content;
-  return bytes_to_byte_level(t.model().token(id));
+std::string token_text(const Tokenizer& t, TokenId id) { return t.token_string(id); }
+
+std::string wordpiece_tokenizer_json(const Tokenizer& t) {
+  const auto& wp = static_cast<const WordPieceModel&>(t.model());
+  std::string o;
+  o.reserve(t.vocab_size() * 24);
+  o += R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[)";
+  std::vector<AddedToken> added = t.added_tokens();
+  std::sort(added.begin(), added.end(), [](const AddedToken& a, const AddedToken& b) { return a.id < b.id; });
+  for (std::size_t i = 0; i < added.size(); ++i) {
+    const auto& a = added[i];
+    if (i) o += ",";
+    o += fmt::format(R"({{"id":{},"content":)", a.id);
+    json::append_string(o, a.content);
+    o += fmt::format(R"(,"single_word":{},"lstrip":{},"rstrip":{},"normalized":{},"special":{}}})", a.single_word,
+                     a.lstrip, a.rstrip, a.normalized, a.special);
+  }
+  o += R"(],"normalizer":)";
+  if (const auto& b = t.bert_normalization()) {
+    o += fmt::format(R"({{"type":"BertNormalizer","clean_text":{},"handle_chinese_chars":{},"strip_accents":{},"lowercase":{}}})",
+                     b->clean_text, b->chinese_chars, b->strip_accents, b->lowercase);
+  } else {
+    o += "null";
+  }
+  o += R"(,"pre_tokenizer":)";
+  std::string_view pre = t.pre_tokenizer() ? t.pre_tokenizer()->name() : "none";
+  o += pre == "bert" ? R"({"type":"BertPreTokenizer"})" : pre == "whitespace" ? R"({"type":"Whitespace"})" : "null";
+  o += R"(,"post_processor":)";
+  if (t.template_prefix().size() == 1 && t.template_suffix().size() == 1) {
+    std::string cls = t.token_string(t.template_prefix()[0]), sep = t.token_string(t.template_suffix()[0]);
+    auto special = [&](const std::string& name, TokenId id) {
+      std::string s;
+      json::append_string(s, name);
+      std::string out = s + R"(:{"id":)" + s + R"(,"ids":[)" + std::to_string(id) + R"(],"tokens":[)" + s + "]}";
+      return out;
+    };
+    std::string qc, qs;
+    json::append_string(qc, cls);
+    json::append_string(qs, sep);
+    o += R"({"type":"TemplateProcessing","single":[{"SpecialToken":{"id":)" + qc +
+         R"(,"type_id":0}},{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":)" + qs +
+         R"(,"type_id":0}}],"pair":[{"SpecialToken":{"id":)" + qc +
+         R"(,"type_id":0}},{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":)" + qs +
+         R"(,"type_id":0}},{"Sequence":{"id":"B","type_id":1}},{"SpecialToken":{"id":)" + qs +
+         R"(,"type_id":1}}],"special_tokens":{)" + special(cls, t.template_prefix()[0]) + "," +
+         special(sep, t.template_suffix()[0]) + "}}";
+  } else {
+    o += "null";
+  }
+  o += R"(,"decoder":{"type":"WordPiece","prefix":)";
+  json::append_string(o, wp.options().prefix);
+  o += R"(,"cleanup":true},"model":{"type":"WordPiece","unk_token":)";
+  json::append_string(o, wp.options().unk_token);
+  o += R"(,"continuing_subword_prefix":)";
+  json::append_string(o, wp.options().prefix);
+  o += fmt::format(R"(,"max_input_chars_per_word":{},"vocab":{{)", wp.options().max_chars);
+  bool first = true;
+  for (std::size_t id = 0; id < wp.vocab_size(); ++id) {
+    std::string_view text = wp.token_text(static_cast<TokenId>(id));
+    if (text.empty()) continue;
+    if (!first) o += ",";
+    first = false;
+    json::append_string(o, text);
+    o += ":" + std::to_string(id);
+  }
+  o += "}}}";
+  return o;
 }
+
 
 }  // namespace
 
 std::string to_tokenizer_json(const Tokenizer& t) {
+  if (!t.bpe()) return wordpiece_tokenizer_json(t);
+  const BpeModel& bpe = *t.bpe();
   std::string o;
   o.reserve(t.vocab_size() * 40);
   o += R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[)";
@@ -575,7 +806,7 @@ std::string to_tokenizer_json(const Tokenizer& t) {
   append_pre_json(o, t);
   o += R"(,"post_processor":null,"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},)";
   o += R"("model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":)";
-  o += t.model().ignore_merges() && !t.model().ranks_from_tokens() ? "true" : "false";
+  o += bpe.ignore_merges() && !bpe.ranks_from_tokens() ? "true" : "false";
   o += R"(,"vocab":{)";
   bool first = true;
   for (std::size_t id = 0; id < t.vocab_size(); ++id) {
@@ -588,13 +819,13 @@ std::string to_tokenizer_json(const Tokenizer& t) {
     o += std::to_string(id);
   }
   o += R"(},"merges":[)";
-  const auto& ml = t.model().merge_list();
+  const auto& ml = bpe.merge_list();
   for (std::size_t i = 0; i < ml.size(); ++i) {
     if (i) o += ",";
     o += "[";
-    json::append_string(o, bytes_to_byte_level(t.model().token(ml[i].first)));
+    json::append_string(o, bytes_to_byte_level(bpe.token(ml[i].first)));
     o += ",";
-    json::append_string(o, bytes_to_byte_level(t.model().token(ml[i].second)));
+    json::append_string(o, bytes_to_byte_level(bpe.token(ml[i].second)));
     o += "]";
   }
   o += "]}}";
@@ -615,12 +846,23 @@ std::string to_vocab_json(const Tokenizer& t) {
   return o;
 }
 
+std::string to_vocab_txt(const Tokenizer& t) {
+  std::string o;
+  for (std::size_t id = 0; id < t.model().vocab_size(); ++id) {
+    o += t.model().token_text(static_cast<TokenId>(id));
+    o += '\n';
+  }
+  return o;
+}
+
 std::string to_merges_txt(const Tokenizer& t) {
+  LMP_ASSERT(t.bpe() != nullptr);
+  const BpeModel& bpe = *t.bpe();
   std::string o = "#version: 0.2\n";
-  for (auto [a, b] : t.model().merge_list()) {
-    o += bytes_to_byte_level(t.model().token(a));
+  for (auto [a, b] : bpe.merge_list()) {
+    o += bytes_to_byte_level(bpe.token(a));
     o += ' ';
-    o += bytes_to_byte_level(t.model().token(b));
+    o += bytes_to_byte_level(bpe.token(b));
     o += '\n';
   }
   return o;

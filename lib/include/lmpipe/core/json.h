@@ -24,6 +24,8 @@ enum class Type : std::uint8_t { null, boolean, number, string, array, object };
 class Document;
 
 // A handle to one node of a Document (cheap to copy; valid while the Document lives).
+// An invalid Value (a missing member, an index past the end) answers every accessor
+// with an empty result: "", 0, false, nullopt, size 0, invalid children.
 class Value {
  public:
   Value() = default;

@@ -56,6 +56,9 @@ enum : std::uint16_t {
   kCR_LF = 1 << 9,     // '\r' or '\n'
   kHan = 1 << 10,      // Script=Han (CJK ideographs)
   kPunct = 1 << 11,    // \p{P}
+  kOther = 1 << 12,    // \p{C}: Cc, Cf, Cs, Co, Cn
+  kNonspacing = 1 << 13,  // Mn
+  kLowerChanges = 1 << 14,  // Changes_When_Lowercased
 };
 
 // Class bits of a code point (0 for invalid bytes). O(1) for the BMP.
@@ -65,5 +68,25 @@ enum class NormalForm { nfc, nfkc, nfd, nfkd };
 
 // Normalize the valid UTF-8 runs of `s`; invalid bytes are kept as they are.
 std::string normalize(std::string_view s, NormalForm form);
+
+// The full lowercase mapping of one code point, context-free (as Rust's
+// char::to_lowercase: 'İ' → "i̇", final sigma not applied), appended to `out`.
+void append_lower(std::string& out, std::uint32_t cp);
+
+// CJK ideographs as BERT counts them (HF's is_chinese_char ranges).
+bool is_cjk_ideograph(std::uint32_t cp);
+
+// HF tokenizers' BertNormalizer, step by step: clean_text removes NUL, U+FFFD and
+// other control/format/unassigned characters (\p{C} except \t \n \r) and turns
+// White_Space into ' '; chinese_chars puts spaces around CJK ideographs; strip_accents
+// decomposes (NFD, not recomposed) and drops nonspacing marks (Mn); lowercase applies
+// the full per-character lowercase mapping. An invalid UTF-8 byte counts as U+FFFD.
+struct BertNormalization {
+  bool clean_text = true;
+  bool chinese_chars = true;
+  bool strip_accents = true;  // HF: unset means "same as lowercase"
+  bool lowercase = true;
+};
+void bert_normalize(std::string_view s, const BertNormalization& o, std::string& out);
 
 }  // namespace lmp::text

@@ -18,6 +18,7 @@
 #include "lmpipe/core/flat_map.h"
 #include "lmpipe/core/result.h"
 #include "lmpipe/core/string_map.h"
+#include "lmpipe/tok/model.h"
 #include "lmpipe/tok/types.h"
 
 namespace lmp::tok {
@@ -27,26 +28,7 @@ struct MergeInfo {
   TokenId id = -1;  // the merged token
 };
 
-// Per-thread working memory for BpeModel::encode.
-struct BpeScratch {
-  std::vector<TokenId> sym;          // (n_symbols) current symbols of the piece
-  std::vector<std::uint64_t> rank;   // (n_symbols - 1) merge of each adjacent pair: rank << 32 | id
-  std::vector<std::int32_t> prev, next;
-  std::vector<std::uint64_t> heap;   // (rank << 32 | position) min-heap for long pieces
-  std::vector<std::uint8_t> dead;
-  std::uint64_t dropped_bytes = 0;   // bytes with no token in the vocabulary
-  // Direct-mapped cache of recent pair lookups (pair_key → packed merge): the merge
-  // table of a large vocabulary (8 MB for Llama-3) misses the CPU caches on nearly
-  // every probe, while text reuses a few thousand pairs (CJK characters' bytes above all).
-  struct PairSlot {
-    std::uint64_t key = ~std::uint64_t{0};
-    std::uint64_t merge = 0;
-  };
-  static constexpr std::size_t kPairCacheBits = 15;
-  std::vector<PairSlot> pair_cache = std::vector<PairSlot>(std::size_t{1} << kPairCacheBits);
-};
-
-class BpeModel {
+class BpeModel final : public Model {
  public:
   BpeModel() = default;
 
@@ -61,9 +43,17 @@ class BpeModel {
   // Append the ids of one pre-token piece to `out`.
   void encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
 
-  std::size_t vocab_size() const { return tokens_.size(); }
+  ModelType type() const override { return ModelType::bpe; }
+  void encode(std::string_view piece, std::vector<TokenId>& out, ModelScratch& s) const override {
+    encode(piece, out, s.bpe);
+  }
+  std::size_t vocab_size() const override { return tokens_.size(); }
+  std::string_view token_text(TokenId id) const override {
+    return id >= 0 && static_cast<std::size_t>(id) < tokens_.size() ? std::string_view(tokens_[static_cast<std::size_t>(id)])
+                                                                     : std::string_view();
+  }
   const std::string& token(TokenId id) const { return tokens_[static_cast<std::size_t>(id)]; }
-  TokenId find(std::string_view bytes) const { return ids_.find(bytes); }
+  TokenId find(std::string_view bytes) const override { return ids_.find(bytes); }
   const MergeInfo* merge(TokenId a, TokenId b) const { return merges_.find(pair_key(a, b)); }
   // Merges in rank order, as (left, right) ids.
   const std::vector<std::pair<TokenId, TokenId>>& merge_list() const { return merge_list_; }

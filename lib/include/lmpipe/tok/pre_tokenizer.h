@@ -27,7 +27,7 @@ class PreTokenizer {
   // Append the pieces of `text` to `out`, in order. Pieces may leave gaps only
   // where the split behaviour removes text.
   virtual void split(std::string_view text, std::vector<Range>& out) const = 0;
-  // The canonical name (gpt2, cl100k, llama3, o200k, whitespace, none) or "regex".
+  // The canonical name (gpt2, cl100k, llama3, o200k, whitespace, bert, none) or "regex".
   virtual std::string_view name() const = 0;
   // The regex it implements ("" for none).
   virtual std::string_view pattern() const = 0;
@@ -42,7 +42,8 @@ inline constexpr std::string_view kO200kPattern =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 inline constexpr std::string_view kWhitespacePattern = R"(\w+|[^\w\s]+)";
 
-// By name: gpt2, cl100k, llama3 (the same split as cl100k), o200k, whitespace, none.
+// By name: gpt2, cl100k, llama3 (the same split as cl100k), o200k, whitespace, bert
+// (HF's BertPreTokenizer: whitespace removed, each punctuation character isolated), none.
 Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name);
 
 enum class SplitBehavior { isolated, removed, merged_with_previous, merged_with_next };

@@ -1,4 +1,5 @@
-// Tokenizer: normalizer → added-token split → pre-tokenizer → BPE model, and back.
+// Tokenizer: added-token split → normalizer → pre-tokenizer → model (byte-level BPE or
+// WordPiece), and back through the model's decoder.
 //
 // Immutable after loading and shared by threads; each thread encodes through its own
 // Session (scratch buffers and a cache of recently seen pieces).
@@ -12,7 +13,9 @@
 #include <vector>
 
 #include "lmpipe/core/result.h"
+#include "lmpipe/text/unicode.h"
 #include "lmpipe/tok/bpe.h"
+#include "lmpipe/tok/model.h"
 #include "lmpipe/tok/pre_tokenizer.h"
 #include "lmpipe/tok/types.h"
 
@@ -29,6 +32,23 @@ struct AddedToken {
 };
 
 enum class Normalization { none, nfc, nfkc };
+
+// How ids become text again.
+enum class Decoder {
+  byte_level,  // concatenate the tokens' bytes (exact inverse)
+  wordpiece,   // HF's WordPiece decoder: words joined by spaces, "##" glued, cleanup
+};
+
+// Everything of a tokenizer but its model and added tokens.
+struct TokenizerSpec {
+  std::unique_ptr<PreTokenizer> pre;
+  Normalization norm = Normalization::none;
+  std::optional<text::BertNormalization> bert;  // HF's BertNormalizer (instead of `norm`)
+  bool prefix_space = false;
+  Decoder decoder = Decoder::byte_level;
+  // Added around every sequence by --add-special (HF's TemplateProcessing "single").
+  std::vector<TokenId> template_prefix, template_suffix;
+};
 
 // How the tokenizer was specified, for reports and for writing it back.
 struct TokenizerInfo {
@@ -48,7 +68,8 @@ class Tokenizer;
 class Session {
  public:
   explicit Session(const Tokenizer& t);
-  std::uint64_t dropped_bytes() const { return scratch_.dropped_bytes; }
+  std::uint64_t dropped_bytes() const { return scratch_.bpe.dropped_bytes; }
+  std::uint64_t unknown_words() const { return scratch_.unknown; }  // words encoded as the unknown token
   // When set, encode() appends one record per pre-token of the line.
   std::vector<PieceCount>* pieces = nullptr;
 
@@ -58,7 +79,7 @@ class Session {
     std::string key;
     std::vector<TokenId> ids;
   };
-  BpeScratch scratch_;
+  ModelScratch scratch_;
   std::vector<Range> ranges_;
   std::string norm_;
   std::vector<CacheEntry> cache_;  // direct-mapped by hash
@@ -69,23 +90,34 @@ class Tokenizer {
   Tokenizer() = default;
   Tokenizer(BpeModel model, std::unique_ptr<PreTokenizer> pre, Normalization norm,
             bool prefix_space, std::vector<AddedToken> added, TokenizerInfo info);
+  Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vector<AddedToken> added, TokenizerInfo info);
 
   // Encode `text` (any bytes; invalid UTF-8 is encoded byte by byte) and append the
   // ids to `out`. With `parse_special` false, added-token text is ordinary text.
   void encode(std::string_view text, std::vector<TokenId>& out, Session& s,
               bool parse_special = true) const;
-  // Inverse of encode: the bytes of the ids. An id outside the vocabulary is an error.
+  // Inverse of encode: the text of the ids (exact for byte-level BPE; WordPiece loses
+  // what its normalizer removed). An id outside the vocabulary is an error.
   Status decode(const TokenId* ids, std::size_t n, std::string& out, bool skip_special = false) const;
+  // The ids --add-special puts before and after a sequence ([CLS] … [SEP] for BERT).
+  const std::vector<TokenId>& template_prefix() const { return template_prefix_; }
+  const std::vector<TokenId>& template_suffix() const { return template_suffix_; }
 
   std::size_t vocab_size() const { return vocab_size_; }  // largest id + 1, model and added tokens
   // The token's bytes (or added-token text); nullopt for an id that does not exist.
   std::optional<std::string_view> piece(TokenId id) const;
+  // The token as the tokenizer's files spell it: byte-level text (Ġ for a space) for
+  // byte-level BPE, the piece with "##" for WordPiece; "?" for an id that does not exist.
+  std::string token_string(TokenId id) const;
   // The added token with this id, or null.
   const AddedToken* added_token(TokenId id) const {
     auto i = static_cast<std::size_t>(id);
     return id >= 0 && i < by_id_.size() ? by_id_[i] : nullptr;
   }
-  const BpeModel& model() const { return model_; }
+  const Model& model() const { return *model_; }
+  const BpeModel* bpe() const { return bpe_; }  // the model, when it is byte-level BPE
+  const std::optional<text::BertNormalization>& bert_normalization() const { return bert_; }
+  Decoder decoder() const { return decoder_; }
   const PreTokenizer* pre_tokenizer() const { return pre_.get(); }
   const std::vector<AddedToken>& added_tokens() const { return added_; }
   const TokenizerInfo& info() const { return info_; }
@@ -97,10 +129,14 @@ class Tokenizer {
   void encode_piece(std::string_view piece, std::vector<TokenId>& out, Session& s) const;
   const AddedToken* match_added(std::string_view text, std::size_t pos) const;
 
-  BpeModel model_;
+  std::unique_ptr<Model> model_;
+  const BpeModel* bpe_ = nullptr;
   std::unique_ptr<PreTokenizer> pre_;
   Normalization norm_ = Normalization::none;
+  std::optional<text::BertNormalization> bert_;
   bool prefix_space_ = false;
+  Decoder decoder_ = Decoder::byte_level;
+  std::vector<TokenId> template_prefix_, template_suffix_;
   std::vector<AddedToken> added_;        // sorted by content length, longest first
   std::vector<const AddedToken*> by_id_;  // (vocab_size) id → added token, or null
   std::size_t vocab_size_ = 0;
@@ -115,10 +151,14 @@ struct LoadOptions {
   // tell (cl100k_base, o200k_base, r50k_base, p50k_base, gpt2).
   std::string pre_tokenizer;
   std::vector<std::pair<std::string, TokenId>> special_tokens;
+  // BERT vocab.txt: lowercase (and strip accents) or not; unset: lowercase unless the
+  // vocabulary has capital letters outside its [SPECIAL] tokens.
+  std::optional<bool> lowercase;
 };
 
 // Load a tokenizer file, detecting the format: HF tokenizer.json, GPT-2 vocab.json
-// (with merges.txt beside it, or "vocab.json:merges.txt"), or a tiktoken rank file.
+// (with merges.txt beside it, or "vocab.json:merges.txt"), a tiktoken rank file, or a BERT
+// vocab.txt (one WordPiece token per line).
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
                                                   const LoadOptions& opts = {});
 
@@ -127,9 +167,12 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text,
 Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_json,
                                                    const std::string& merges_txt);
 Result<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& path, const LoadOptions& opts);
+Result<std::unique_ptr<Tokenizer>> load_vocab_txt(const std::string& path, const LoadOptions& opts);
 
-// HF tokenizer.json text for a byte-level BPE tokenizer (compact, in HF's key order).
+// HF tokenizer.json text (compact, in HF's key order): byte-level BPE or WordPiece.
 std::string to_tokenizer_json(const Tokenizer& t);
+// BERT vocab.txt: the model's tokens, one per line, in id order.
+std::string to_vocab_txt(const Tokenizer& t);
 // GPT-2 style vocab.json and merges.txt.
 std::string to_vocab_json(const Tokenizer& t);
 std::string to_merges_txt(const Tokenizer& t);

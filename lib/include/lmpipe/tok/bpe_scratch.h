@@ -1,0 +1,30 @@
+// Per-thread working memory of byte-level BPE encoding.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lmpipe/tok/types.h"
+
+namespace lmp::tok {
+
+// Per-thread working memory for BpeModel::encode.
+struct BpeScratch {
+  std::vector<TokenId> sym;          // (n_symbols) current symbols of the piece
+  std::vector<std::uint64_t> rank;   // (n_symbols - 1) merge of each adjacent pair: rank << 32 | id
+  std::vector<std::int32_t> prev, next;
+  std::vector<std::uint64_t> heap;   // (rank << 32 | position) min-heap for long pieces
+  std::vector<std::uint8_t> dead;
+  std::uint64_t dropped_bytes = 0;   // bytes with no token in the vocabulary
+  // Direct-mapped cache of recent pair lookups (pair_key → packed merge): the merge
+  // table of a large vocabulary (8 MB for Llama-3) misses the CPU caches on nearly
+  // every probe, while text reuses a few thousand pairs (CJK characters' bytes above all).
+  struct PairSlot {
+    std::uint64_t key = ~std::uint64_t{0};
+    std::uint64_t merge = 0;
+  };
+  static constexpr std::size_t kPairCacheBits = 15;
+  std::vector<PairSlot> pair_cache = std::vector<PairSlot>(std::size_t{1} << kPairCacheBits);
+};
+
+}  // namespace lmp::tok

@@ -1,0 +1,39 @@
+// Model: the last stage of a tokenizer, turning one pre-token into ids.
+//
+// Implementations: BpeModel (byte-level BPE), WordPieceModel (BERT). A model is
+// immutable after construction and shared by threads; per-thread buffers live in a
+// ModelScratch that each Session owns.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lmpipe/tok/bpe_scratch.h"
+#include "lmpipe/tok/types.h"
+
+namespace lmp::tok {
+
+struct ModelScratch {
+  BpeScratch bpe;
+  std::string buf;  // WordPiece: the candidate piece with its prefix
+  std::uint64_t unknown = 0;  // pre-tokens encoded as the unknown token
+};
+
+enum class ModelType { bpe, wordpiece };
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual ModelType type() const = 0;
+  // Append the ids of one pre-token.
+  virtual void encode(std::string_view piece, std::vector<TokenId>& out, ModelScratch& s) const = 0;
+  virtual std::size_t vocab_size() const = 0;
+  // A token's text as the model stores it: raw bytes for byte-level BPE, the piece
+  // with its "##" for WordPiece; empty for an id the model does not have.
+  virtual std::string_view token_text(TokenId id) const = 0;
+  // The id of a token text, or -1.
+  virtual TokenId find(std::string_view text) const = 0;
+};
+
+}  // namespace lmp::tok
