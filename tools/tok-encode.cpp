@@ -218,7 +218,8 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-special", o.skip_special, "with --decode: leave special tokens out of the text");
   app.add_option("--pre-tokenizer", o.pre_tokenizer,
                  "for tiktoken files not named after their encoding: gpt2, cl100k, o200k");
-  app.add_option("--special-token", o.special_tokens, "for tiktoken files: TEXT=ID, repeatable");
+  app.add_option("--special-token", o.special_tokens, "for tiktoken files: TEXT=ID, repeatable")
+      ->allow_extra_args(false);
   app.add_flag("--force", o.force, "write .npy to a terminal anyway");
   app.add_flag("--add-special", o.add_special,
                "add the tokenizer's sequence template ([CLS] ... [SEP] for BERT); default: none, like spm_encode");

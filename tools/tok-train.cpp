@@ -1,17 +1,20 @@
-// tok-train: train a byte-level BPE vocabulary (HF BpeTrainer semantics), or count
-// pre-tokens into count files that add up across shards (`tok-train count`).
+// tok-train: train a byte-level BPE vocabulary (HF BpeTrainer semantics) or a WordPiece
+// vocabulary (BERT), or count pre-tokens into count files that add up across shards
+// (`tok-train count`).
 #include <chrono>
 #include <thread>
 
 #include "common/cli.h"
 #include "lmpipe/tok/bpe_trainer.h"
+#include "lmpipe/tok/wordpiece_trainer.h"
 
 namespace {
 
 using namespace lmp;
 
 struct Options {
-  std::string model = "bpe", output, format = "hf", pre_tokenizer = "gpt2", initial_alphabet;
+  std::string model = "bpe", output, format = "hf", pre_tokenizer = "gpt2", initial_alphabet, algo = "likelihood";
+  bool cased = false;
   std::vector<std::string> files, special_tokens;
   std::size_t vocab_size = 30000, limit_alphabet = 0, max_token_length = 0;
   std::uint64_t min_frequency = 0;
@@ -26,10 +29,17 @@ int default_threads() {
 }
 
 // Count the pre-tokens of text files, and add up count files, into `counts`.
+bool wordpiece(const Options& o) { return o.model == "wordpiece"; }
+
+// BERT normalization of a WordPiece run: uncased (lowercase, strip accents) or cased.
+text::BertNormalization bert_norm(const Options& o) { return {true, true, !o.cased, !o.cased}; }
+
 Status gather(const Options& o, tok::WordCountMap& counts, std::string& pre_name, std::uint64_t& bytes,
               std::uint64_t& lines) {
-  LMP_ASSIGN(auto pre, tok::make_pre_tokenizer(o.pre_tokenizer));
-  tok::WordCounter counter(*pre, o.threads);
+  LMP_ASSIGN(auto pre, tok::make_pre_tokenizer(wordpiece(o) ? "bert" : o.pre_tokenizer));
+  std::optional<text::BertNormalization> norm;
+  if (wordpiece(o)) norm = bert_norm(o);
+  tok::WordCounter counter(*pre, o.threads, norm);
   std::string chunk;
   bool any_text = false;
   for (const auto& file : o.files) {
@@ -46,8 +56,9 @@ Status gather(const Options& o, tok::WordCountMap& counts, std::string& pre_name
       std::string file_pre;
       LMP_TRY(tok::read_counts(all, reader->name(), counts, file_pre));
       if (file_pre != o.pre_tokenizer)
-        return make_error(Errc::invalid_argument, "{}: counted with --pre-tokenizer {}, training with {}",
-                          reader->name(), file_pre, o.pre_tokenizer);
+        return make_error(Errc::invalid_argument, "{}: counted with --pre-tokenizer {}, training with {}{}",
+                          reader->name(), file_pre, o.pre_tokenizer,
+                          file_pre.substr(0, 4) == "bert" || wordpiece(o) ? " (bert: -m wordpiece; bert-cased: --cased)" : "");
       bytes += all.size();
       continue;
     }
@@ -79,7 +90,37 @@ const char* kExamples =
     "  tok-train --vocab-size 50000 --format gpt2 -o out/tokenizer.json corpus.txt  # + vocab.json, merges.txt\n"
     "  # map-reduce: count shards anywhere, then train on the counts\n"
     "  ls shards/* | parallel tok-train count -o {}.counts {}\n"
-    "  tok-train --vocab-size 32000 -o tok.json shards/*.counts";
+    "  tok-train --vocab-size 32000 -o tok.json shards/*.counts\n"
+    "  tok-train -m wordpiece --vocab-size 30522 --min-frequency 2 -o vocab.txt corpus.txt\n"
+    "  tok-train -m wordpiece --algo hf --cased -o bert.json corpus.txt";
+
+// The end-of-training report on stderr.
+void report(const Options& o, const tok::TrainReport& rep, std::size_t vocab,
+            std::chrono::steady_clock::time_point t0) {
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string why;
+  switch (rep.stop) {
+    case tok::StopReason::vocab_full: why = fmt::format("vocabulary full ({} tokens)", cli::with_commas(rep.vocab)); break;
+    case tok::StopReason::min_frequency:
+      why = rep.stop_count > 0
+                ? fmt::format("best pair count {} < min_frequency {} after {} merges", rep.stop_count, o.min_frequency,
+                              cli::with_commas(rep.merges))
+                : fmt::format("no pair occurring at least {} times left after {} merges", o.min_frequency,
+                              cli::with_commas(rep.merges));
+      break;
+    case tok::StopReason::no_pairs: why = fmt::format("no pairs left to merge after {} merges", cli::with_commas(rep.merges)); break;
+  }
+  std::size_t n_special = o.special_tokens.empty() && wordpiece(o) ? 5 : o.special_tokens.size();
+  if (rep.alphabet + n_special >= o.vocab_size)
+    cli::warn(fmt::format("the alphabet ({} {}) and specials fill the vocabulary size {}: no merges were "
+                          "possible; raise --vocab-size or set --limit-alphabet",
+                          rep.alphabet, wordpiece(o) ? "characters" : "bytes", o.vocab_size));
+  cli::note(fmt::format("stopped: {}", why));
+  cli::note(fmt::format("alphabet {}{}, merges {}, vocabulary {}", rep.alphabet,
+                        rep.alphabet_dropped ? fmt::format(" ({} dropped by --limit-alphabet)", rep.alphabet_dropped) : "",
+                        cli::with_commas(rep.merges), cli::with_commas(vocab)));
+  cli::note(fmt::format("time {:.2f} s, peak memory {}", secs, cli::human_bytes(static_cast<double>(cli::peak_rss_bytes()))));
+}
 
 }  // namespace
 
@@ -87,13 +128,24 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app;
   app.add_option("FILE", o.files, "training text (UTF-8, one sequence per line) or count files");
-  app.add_option("-o,--output", o.output, "tokenizer.json to write (atomically); '-' for standard output (required)");
-  app.add_option("-m,--model", o.model, "model to train: bpe (byte-level BPE)")->check(CLI::IsMember({"bpe"}));
+  app.add_option("-o,--output", o.output,
+                 "tokenizer.json to write (atomically); '-' for standard output; WordPiece: a name ending in .txt "
+                 "writes a BERT vocab.txt (required)");
+  app.add_option("-m,--model", o.model, "model to train: bpe (byte-level BPE), wordpiece (BERT)")
+      ->check(CLI::IsMember({"bpe", "wordpiece"}));
+  app.add_option("--algo", o.algo,
+                 "WordPiece merge rule: likelihood (count(ab)/(count(a)count(b)), default) or hf (by count, "
+                 "as HF's WordPieceTrainer)")
+      ->check(CLI::IsMember({"likelihood", "hf"}));
+  app.add_flag("--cased", o.cased, "WordPiece: keep case and accents (default: lowercase and strip them, as uncased BERT)");
   app.add_option("-V,--vocab-size", o.vocab_size, "target vocabulary size, specials and alphabet included (30000)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
   app.add_option("-F,--min-frequency", o.min_frequency,
                  "stop merging when the best pair occurs fewer times than this (0)");
-  app.add_option("-S,--special-token", o.special_tokens, "special token, given the first ids in order; repeatable");
+  app.add_option("-S,--special-token", o.special_tokens,
+                 "special token, given the first ids in order; repeatable (WordPiece default: [PAD] [UNK] [CLS] [SEP] "
+                 "[MASK])")
+      ->allow_extra_args(false);  // one token per -S; and "[UNK]" is a token, not CLI11's list syntax
   app.add_option("-P,--pre-tokenizer", o.pre_tokenizer,
                  "split before BPE: gpt2 (default), cl100k, llama3, o200k, whitespace, none")
       ->check(CLI::IsMember({"gpt2", "cl100k", "llama3", "o200k", "whitespace", "none"}));
@@ -113,16 +165,22 @@ int main(int argc, char** argv) {
   count->add_flag("-q,--quiet", count_quiet, "no progress or report on stderr");
   count->add_option("-P,--pre-tokenizer", o.pre_tokenizer, "as for training")
       ->check(CLI::IsMember({"gpt2", "cl100k", "llama3", "o200k", "whitespace", "none"}));
+  count->add_option("-m,--model", o.model, "as for training (wordpiece: BERT normalization and split)")
+      ->check(CLI::IsMember({"bpe", "wordpiece"}));
+  count->add_flag("--cased", o.cased, "as for training");
   count->add_option("-j,--threads", o.threads, "counting threads")->check(CLI::Range(1, 256));
 
   cli::ToolSpec spec{
       "tok-train", "[OPTION]... -o TOKENIZER.json [FILE]...\n       tok-train count [OPTION]... -o COUNTS [FILE]...",
-      "Train a byte-level BPE tokenizer (GPT-2 / Llama-3 style) with HF tokenizers' BpeTrainer semantics.",
+      "Train a byte-level BPE tokenizer (GPT-2 / Llama-3 style) with HF tokenizers' BpeTrainer semantics,\n"
+      "or a WordPiece tokenizer (BERT) by the likelihood criterion or as HF's WordPieceTrainer does.",
       "Each input line (with its newline) is one training sequence. --min-frequency is a stop\n"
       "threshold on pair counts, as in HF: training ends when the most frequent pair occurs fewer\n"
       "times. Ties between equally frequent pairs go to the smallest pair of ids, so the result is\n"
       "the same on every run and thread count. FILEs that are count files (from `tok-train count`)\n"
-      "are added up instead of read as text. A report goes to stderr at the end (--quiet: none).",
+      "are added up instead of read as text. A report goes to stderr at the end (--quiet: none).\n"
+      "WordPiece: text is BERT-normalized and split on whitespace and punctuation (each CJK\n"
+      "ideograph a word); --min-frequency is a floor: no pair occurring fewer times is merged.",
       kExamples};
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
@@ -131,6 +189,15 @@ int main(int argc, char** argv) {
     if (o.output.empty()) throw cli::UsageError("--output is required");
     if (o.files.empty()) o.files.push_back("-");
     if (o.threads == 0) o.threads = default_threads();
+    if (wordpiece(o)) {
+      if (app.count("--pre-tokenizer") || count->count("--pre-tokenizer"))
+        throw cli::UsageError("WordPiece uses the BERT split; --pre-tokenizer is for -m bpe");
+      if (!o.initial_alphabet.empty()) throw cli::UsageError("--initial-alphabet bytes is for byte-level BPE");
+      if (o.format != "hf") throw cli::UsageError("--format gpt2 is for byte-level BPE; name the output *.txt for a vocab.txt");
+      o.pre_tokenizer = o.cased ? "bert-cased" : "bert";
+    } else if (app.count("--algo") || o.cased) {
+      throw cli::UsageError("--algo and --cased are for -m wordpiece");
+    }
     tok::WordCountMap counts;
     std::string pre_name;
     std::uint64_t bytes = 0, lines = 0;
@@ -140,6 +207,29 @@ int main(int argc, char** argv) {
                           cli::human_bytes(static_cast<double>(bytes)), cli::with_commas(lines),
                           cli::with_commas(counts.size()), count_secs));
     if (count->parsed()) return io::write_file_atomic(o.output, tok::format_counts(counts, pre_name));
+
+    if (wordpiece(o)) {
+      tok::WordPieceTrainerConfig wc;
+      wc.vocab_size = o.vocab_size;
+      wc.min_frequency = o.min_frequency;
+      wc.special_tokens = o.special_tokens;
+      if (wc.special_tokens.empty()) wc.special_tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+      if (o.limit_alphabet) wc.limit_alphabet = o.limit_alphabet;
+      if (o.max_token_length) wc.max_token_length = o.max_token_length;
+      wc.algo = o.algo == "hf" ? tok::WordPieceAlgo::hf : tok::WordPieceAlgo::likelihood;
+      wc.normalization = bert_norm(o);
+      tok::TrainReport rep;
+      cli::Progress progress("merging");
+      LMP_ASSIGN(auto t, tok::train_wordpiece(counts, wc, rep, [&](std::size_t done, std::size_t most) {
+                   progress.update(most ? static_cast<double>(done) / static_cast<double>(most) : 1.0,
+                                   cli::with_commas(done) + " merges");
+                 }));
+      progress.done();
+      bool txt = o.output.size() > 4 && o.output.substr(o.output.size() - 4) == ".txt";
+      LMP_TRY(io::write_file_atomic(o.output, txt ? tok::to_vocab_txt(*t) : tok::to_tokenizer_json(*t)));
+      report(o, rep, t->vocab_size(), t0);
+      return {};
+    }
 
     tok::BpeTrainerConfig cfg;
     cfg.vocab_size = o.vocab_size;
@@ -163,25 +253,7 @@ int main(int argc, char** argv) {
       LMP_TRY(io::write_file_atomic(dir + "vocab.json", tok::to_vocab_json(*t)));
       LMP_TRY(io::write_file_atomic(dir + "merges.txt", tok::to_merges_txt(*t)));
     }
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::string why;
-    switch (rep.stop) {
-      case tok::StopReason::vocab_full: why = fmt::format("vocabulary full ({} tokens)", cli::with_commas(rep.vocab)); break;
-      case tok::StopReason::min_frequency:
-        why = fmt::format("best pair count {} < min_frequency {} after {} merges", rep.stop_count, o.min_frequency,
-                          cli::with_commas(rep.merges));
-        break;
-      case tok::StopReason::no_pairs: why = fmt::format("no pairs left to merge after {} merges", cli::with_commas(rep.merges)); break;
-    }
-    if (rep.alphabet + o.special_tokens.size() >= o.vocab_size)
-      cli::warn(fmt::format("the alphabet ({} bytes) and specials fill the vocabulary size {}: no merges were "
-                            "possible; raise --vocab-size or set --limit-alphabet",
-                            rep.alphabet, o.vocab_size));
-    cli::note(fmt::format("stopped: {}", why));
-    cli::note(fmt::format("alphabet {}{}, merges {}, vocabulary {}", rep.alphabet,
-                          rep.alphabet_dropped ? fmt::format(" ({} dropped by --limit-alphabet)", rep.alphabet_dropped) : "",
-                          cli::with_commas(rep.merges), cli::with_commas(t->vocab_size())));
-    cli::note(fmt::format("time {:.2f} s, peak memory {}", secs, cli::human_bytes(static_cast<double>(cli::peak_rss_bytes()))));
+    report(o, rep, t->vocab_size(), t0);
     return {};
   });
 }

@@ -139,3 +139,75 @@ TEST_CASE("WordPiece tokenizer: template, decode with cleanup", "[tok][wordpiece
   CHECK(ids == std::vector<TokenId>{4, 1});
   CHECK(s.unknown_words() == 1);
 }
+
+// ---- Training ----------------------------------------------------------------------
+
+#include "lmpipe/tok/wordpiece_trainer.h"
+
+namespace {
+std::vector<std::string> train_vocab(const WordCountMap& wc, WordPieceAlgo algo, std::uint64_t min_freq = 0,
+                                     std::size_t vocab = 100) {
+  WordPieceTrainerConfig cfg;
+  cfg.special_tokens = {"[UNK]"};
+  cfg.algo = algo;
+  cfg.min_frequency = min_freq;
+  cfg.vocab_size = vocab;
+  TrainReport rep;
+  auto t = train_wordpiece(wc, cfg, rep);
+  REQUIRE(t.ok());
+  std::vector<std::string> v;
+  for (std::size_t i = 0; i < (*t)->model().vocab_size(); ++i) v.emplace_back((*t)->model().token_text(static_cast<TokenId>(i)));
+  return v;
+}
+}  // namespace
+
+TEST_CASE("WordPiece training (hf): specials, alphabet, ## continuations, merges by count", "[tok][wordpiece][train]") {
+  WordCountMap wc = {{"ab", 5}, {"abc", 3}};
+  // Words in byte order: "ab" → a ##b, "abc" → a ##b ##c; (a, ##b) 8 times, then (ab, ##c).
+  CHECK(train_vocab(wc, WordPieceAlgo::hf) == V{"[UNK]", "a", "b", "c", "##b", "##c", "ab", "abc"});
+}
+
+TEST_CASE("WordPiece training: likelihood prefers pairs whose parts are rare", "[tok][wordpiece][train]") {
+  WordCountMap wc = {{"ab", 10}, {"ac", 10}, {"ad", 10}, {"ef", 3}};
+  // score(a, ##b) = 10 / (30 · 10); score(e, ##f) = 3 / (3 · 3): "ef" first.
+  auto lk = train_vocab(wc, WordPieceAlgo::likelihood, 0, 12);
+  auto hf = train_vocab(wc, WordPieceAlgo::hf, 0, 12);
+  REQUIRE(lk.size() == 12);
+  REQUIRE(hf.size() == 12);
+  CHECK(lk[11] == "ef");
+  CHECK(hf[11] == "ab");  // by count: (a, ##b) 10 times, the smallest pair of the tie
+  // min_frequency is a floor on the pair count: "ef" (3) is never merged.
+  auto floor = train_vocab(wc, WordPieceAlgo::likelihood, 5);
+  CHECK(std::find(floor.begin(), floor.end(), "ef") == floor.end());
+  CHECK(std::find(floor.begin(), floor.end(), "ab") != floor.end());
+}
+
+TEST_CASE("WordPiece training needs the unknown token among the specials", "[tok][wordpiece][train]") {
+  WordPieceTrainerConfig cfg;
+  cfg.special_tokens = {"[PAD]"};
+  TrainReport rep;
+  auto t = train_wordpiece(WordCountMap{{"ab", 1}}, cfg, rep);
+  REQUIRE(!t.ok());
+  CHECK_THAT(t.error().message, Catch::Contains("-S '[UNK]'"));
+}
+
+TEST_CASE("WordPiece training: the trained tokenizer encodes its own words", "[tok][wordpiece][train][property]") {
+  WordCountMap wc = {{"tokenizer", 7}, {"token", 9}, {"tokens", 4}, {"izer", 2}, {"中文", 3}};
+  for (auto algo : {WordPieceAlgo::likelihood, WordPieceAlgo::hf}) {
+    WordPieceTrainerConfig cfg;
+    cfg.special_tokens = {"[UNK]", "[CLS]", "[SEP]"};
+    cfg.algo = algo;
+    cfg.vocab_size = 60;
+    TrainReport rep;
+    auto t = train_wordpiece(wc, cfg, rep);
+    REQUIRE(t.ok());
+    Session s(**t);
+    std::vector<TokenId> ids;
+    (*t)->encode("tokenizer tokens 中文", ids, s);
+    std::string back;
+    REQUIRE((*t)->decode(ids.data(), ids.size(), back).ok());
+    CHECK(back == "tokenizer tokens 中 文");  // CJK ideographs are words of their own
+    CHECK(s.unknown_words() == 0);
+    CHECK((*t)->template_prefix() == std::vector<TokenId>{1});
+  }
+}

@@ -7,21 +7,27 @@
 #include "lmpipe/core/flat_map.h"
 #include "lmpipe/core/parallel.h"
 #include "lmpipe/tok/byte_level.h"
+#include "merge_core.h"
 
 namespace lmp::tok {
 
 // ---- Word counting ----------------------------------------------------------------
 
-WordCounter::WordCounter(const PreTokenizer& pre, int threads)
-    : pre_(pre), threads_(std::max(1, threads)), maps_(static_cast<std::size_t>(std::max(1, threads))) {}
+WordCounter::WordCounter(const PreTokenizer& pre, int threads, std::optional<text::BertNormalization> bert)
+    : pre_(pre), bert_(bert), threads_(std::max(1, threads)), maps_(static_cast<std::size_t>(std::max(1, threads))) {}
 
 void WordCounter::count_slice(std::string_view slice, WordCountMap& m, std::vector<Range>& ranges) {
   std::size_t pos = 0;
+  std::string norm;
   while (pos < slice.size()) {
     std::size_t nl = slice.find('\n', pos);
     std::size_t end = nl == std::string_view::npos ? slice.size() : nl + 1;
     std::string_view line = slice.substr(pos, end - pos);
     pos = end;
+    if (bert_) {
+      text::bert_normalize(line, *bert_, norm);
+      line = norm;
+    }
     ranges.clear();
     pre_.split(line, ranges);
     for (const Range& r : ranges) {
@@ -115,11 +121,6 @@ Status read_counts(std::string_view text, const std::string& name, WordCountMap&
 
 namespace {
 
-struct Change {
-  std::uint64_t pair;
-  std::int32_t delta;
-};
-
 struct HeapEntry {
   std::uint64_t count;
   std::uint64_t pair;  // pair_key(a, b): comparing keys compares (a, b)
@@ -131,6 +132,8 @@ bool heap_less(const HeapEntry& x, const HeapEntry& y) {
   if (x.count != y.count) return x.count < y.count;
   return x.pair > y.pair;
 }
+
+}  // namespace
 
 // Replace each (a, b) in `w` by `repl`, recording pair count changes as HF's Word::merge.
 void merge_word(std::vector<TokenId>& w, TokenId a, TokenId b, TokenId repl, std::size_t max_len,
@@ -151,7 +154,117 @@ void merge_word(std::vector<TokenId>& w, TokenId a, TokenId b, TokenId repl, std
   }
 }
 
-}  // namespace
+
+std::vector<std::pair<TokenId, TokenId>> run_bpe_merges(MergeProblem& mp, const MergeLimits& lim, TrainReport& report,
+                                                        const TrainProgress& progress, const JoinFn& join,
+                                                        const LenFn& len_of) {
+  auto& words = mp.words;
+  auto& wcount = mp.wcount;
+  auto& id_to_word = mp.id_to_word;
+  auto& word_to_id = mp.word_to_id;
+  auto& len = mp.len;
+  std::size_t max_len = lim.max_token_length ? *lim.max_token_length : std::numeric_limits<std::size_t>::max();
+
+  // 4. Pair counts and where each pair occurs.
+  FlatMap64<std::int64_t> pair_counts;
+  FlatMap64<std::vector<std::uint32_t>> where;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const auto& w = words[i];
+    for (std::size_t k = 0; k + 1 < w.size(); ++k) {
+      std::uint64_t p = pair_key(w[k], w[k + 1]);
+      pair_counts[p] += wcount[i];
+      auto& v = where[p];
+      if (v.empty() || v.back() != i) v.push_back(static_cast<std::uint32_t>(i));
+    }
+  }
+  std::vector<HeapEntry> heap;
+  heap.reserve(where.size());
+  where.for_each([&](std::uint64_t p, std::vector<std::uint32_t>& pos) {
+    std::int64_t c = *pair_counts.find(p);
+    if (c > 0) heap.push_back(HeapEntry{static_cast<std::uint64_t>(c), p, std::move(pos)});
+  });
+  where.clear();
+  std::make_heap(heap.begin(), heap.end(), heap_less);
+
+  // 5. Merges.
+  std::vector<std::pair<TokenId, TokenId>> merges;
+  std::vector<Change> changes;
+  std::vector<std::uint32_t> change_word;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> fresh;  // (pair, word) gained
+  std::size_t budget = lim.vocab_size > id_to_word.size() ? lim.vocab_size - id_to_word.size() : 0;
+  report.stop = StopReason::no_pairs;
+  for (;;) {
+    if (id_to_word.size() >= lim.vocab_size) {
+      report.stop = StopReason::vocab_full;
+      break;
+    }
+    if (heap.empty()) {
+      report.stop = StopReason::no_pairs;
+      break;
+    }
+    std::pop_heap(heap.begin(), heap.end(), heap_less);
+    HeapEntry top = std::move(heap.back());
+    heap.pop_back();
+    std::int64_t current = *pair_counts.find(top.pair);
+    if (top.count != static_cast<std::uint64_t>(current)) {
+      top.count = static_cast<std::uint64_t>(current);
+      heap.push_back(std::move(top));
+      std::push_heap(heap.begin(), heap.end(), heap_less);
+      continue;
+    }
+    if (top.count < 1 || top.count < lim.min_frequency) {
+      report.stop = top.count < 1 ? StopReason::no_pairs : StopReason::min_frequency;
+      report.stop_count = top.count;
+      break;
+    }
+    auto a = static_cast<TokenId>(top.pair >> 32);
+    auto b = static_cast<TokenId>(top.pair & 0xFFFFFFFFu);
+    std::string joined;
+    join(id_to_word[static_cast<std::size_t>(a)], id_to_word[static_cast<std::size_t>(b)], joined);
+    TokenId nid;
+    auto it = word_to_id.find(joined);
+    if (it != word_to_id.end()) {
+      nid = it->second;
+    } else {
+      nid = static_cast<TokenId>(id_to_word.size());
+      len.push_back(len_of(joined));
+      word_to_id.emplace(joined, nid);
+      id_to_word.push_back(std::move(joined));
+    }
+    merges.emplace_back(a, b);
+
+    changes.clear();
+    change_word.clear();
+    for (std::uint32_t wi : top.pos) {
+      merge_word(words[wi], a, b, nid, max_len, len, changes);
+      change_word.resize(changes.size(), wi);
+    }
+    fresh.clear();
+    for (std::size_t k = 0; k < changes.size(); ++k) {
+      const Change& c = changes[k];
+      pair_counts[c.pair] += c.delta * wcount[change_word[k]];
+      if (c.delta > 0) fresh.emplace_back(c.pair, change_word[k]);
+    }
+    // Push every pair that gained occurrences, with the words it gained them in.
+    std::sort(fresh.begin(), fresh.end());
+    for (std::size_t k = 0; k < fresh.size();) {
+      std::uint64_t p = fresh[k].first;
+      HeapEntry e{0, p, {}};
+      for (; k < fresh.size() && fresh[k].first == p; ++k)
+        if (e.pos.empty() || e.pos.back() != fresh[k].second) e.pos.push_back(fresh[k].second);
+      std::int64_t c = *pair_counts.find(p);
+      if (c > 0) {
+        e.count = static_cast<std::uint64_t>(c);
+        heap.push_back(std::move(e));
+        std::push_heap(heap.begin(), heap.end(), heap_less);
+      }
+    }
+    if (progress && (merges.size() & 255) == 0) progress(merges.size(), budget);
+  }
+  if (progress) progress(merges.size(), merges.size());
+
+  return merges;
+}
 
 Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const BpeTrainerConfig& cfg,
                                              std::unique_ptr<PreTokenizer> pre, TrainReport& report,
@@ -245,111 +358,18 @@ Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const B
   items.clear();
 
   // Token lengths in characters (bytes), for max_token_length.
-  std::vector<std::uint32_t> len;
-  len.reserve(cfg.vocab_size + 256);
-  for (const auto& s : id_to_word) len.push_back(static_cast<std::uint32_t>(s.size()));
-  std::size_t max_len = cfg.max_token_length ? *cfg.max_token_length : std::numeric_limits<std::size_t>::max();
-
-  // 4. Pair counts and where each pair occurs.
-  FlatMap64<std::int64_t> pair_counts;
-  FlatMap64<std::vector<std::uint32_t>> where;
-  for (std::size_t i = 0; i < words.size(); ++i) {
-    const auto& w = words[i];
-    for (std::size_t k = 0; k + 1 < w.size(); ++k) {
-      std::uint64_t p = pair_key(w[k], w[k + 1]);
-      pair_counts[p] += wcount[i];
-      auto& v = where[p];
-      if (v.empty() || v.back() != i) v.push_back(static_cast<std::uint32_t>(i));
-    }
-  }
-  std::vector<HeapEntry> heap;
-  heap.reserve(where.size());
-  where.for_each([&](std::uint64_t p, std::vector<std::uint32_t>& pos) {
-    std::int64_t c = *pair_counts.find(p);
-    if (c > 0) heap.push_back(HeapEntry{static_cast<std::uint64_t>(c), p, std::move(pos)});
-  });
-  where.clear();
-  std::make_heap(heap.begin(), heap.end(), heap_less);
-
-  // 5. Merges.
-  std::vector<std::pair<TokenId, TokenId>> merges;
-  std::vector<Change> changes;
-  std::vector<std::uint32_t> change_word;
-  std::vector<std::pair<std::uint64_t, std::uint32_t>> fresh;  // (pair, word) gained
-  std::size_t budget = cfg.vocab_size > id_to_word.size() ? cfg.vocab_size - id_to_word.size() : 0;
-  report.stop = StopReason::no_pairs;
-  for (;;) {
-    if (id_to_word.size() >= cfg.vocab_size) {
-      report.stop = StopReason::vocab_full;
-      break;
-    }
-    if (heap.empty()) {
-      report.stop = StopReason::no_pairs;
-      break;
-    }
-    std::pop_heap(heap.begin(), heap.end(), heap_less);
-    HeapEntry top = std::move(heap.back());
-    heap.pop_back();
-    std::int64_t current = *pair_counts.find(top.pair);
-    if (top.count != static_cast<std::uint64_t>(current)) {
-      top.count = static_cast<std::uint64_t>(current);
-      heap.push_back(std::move(top));
-      std::push_heap(heap.begin(), heap.end(), heap_less);
-      continue;
-    }
-    if (top.count < 1 || top.count < cfg.min_frequency) {
-      report.stop = top.count < 1 ? StopReason::no_pairs : StopReason::min_frequency;
-      report.stop_count = top.count;
-      break;
-    }
-    auto a = static_cast<TokenId>(top.pair >> 32);
-    auto b = static_cast<TokenId>(top.pair & 0xFFFFFFFFu);
-    // (append, not operator+: g++ 12 warns falsely on the latter, -Wrestrict)
-    std::string joined;
-    joined.reserve(id_to_word[static_cast<std::size_t>(a)].size() + id_to_word[static_cast<std::size_t>(b)].size());
-    joined.append(id_to_word[static_cast<std::size_t>(a)]);
-    joined.append(id_to_word[static_cast<std::size_t>(b)]);
-    TokenId nid;
-    auto it = word_to_id.find(joined);
-    if (it != word_to_id.end()) {
-      nid = it->second;
-    } else {
-      nid = static_cast<TokenId>(id_to_word.size());
-      len.push_back(static_cast<std::uint32_t>(joined.size()));
-      word_to_id.emplace(joined, nid);
-      id_to_word.push_back(std::move(joined));
-    }
-    merges.emplace_back(a, b);
-
-    changes.clear();
-    change_word.clear();
-    for (std::uint32_t wi : top.pos) {
-      merge_word(words[wi], a, b, nid, max_len, len, changes);
-      change_word.resize(changes.size(), wi);
-    }
-    fresh.clear();
-    for (std::size_t k = 0; k < changes.size(); ++k) {
-      const Change& c = changes[k];
-      pair_counts[c.pair] += c.delta * wcount[change_word[k]];
-      if (c.delta > 0) fresh.emplace_back(c.pair, change_word[k]);
-    }
-    // Push every pair that gained occurrences, with the words it gained them in.
-    std::sort(fresh.begin(), fresh.end());
-    for (std::size_t k = 0; k < fresh.size();) {
-      std::uint64_t p = fresh[k].first;
-      HeapEntry e{0, p, {}};
-      for (; k < fresh.size() && fresh[k].first == p; ++k)
-        if (e.pos.empty() || e.pos.back() != fresh[k].second) e.pos.push_back(fresh[k].second);
-      std::int64_t c = *pair_counts.find(p);
-      if (c > 0) {
-        e.count = static_cast<std::uint64_t>(c);
-        heap.push_back(std::move(e));
-        std::push_heap(heap.begin(), heap.end(), heap_less);
-      }
-    }
-    if (progress && (merges.size() & 255) == 0) progress(merges.size(), budget);
-  }
-  if (progress) progress(merges.size(), merges.size());
+  MergeProblem mp{std::move(words), std::move(wcount), std::move(id_to_word), std::move(word_to_id), {}};
+  mp.len.reserve(cfg.vocab_size + 256);
+  for (const auto& w : mp.id_to_word) mp.len.push_back(static_cast<std::uint32_t>(w.size()));
+  std::vector<std::pair<TokenId, TokenId>> merges = run_bpe_merges(
+      mp, MergeLimits{cfg.vocab_size, cfg.min_frequency, cfg.max_token_length}, report, progress,
+      [](const std::string& a, const std::string& b, std::string& out) {
+        out.reserve(a.size() + b.size());
+        out.append(a);
+        out.append(b);
+      },
+      [](const std::string& t) { return static_cast<std::uint32_t>(t.size()); });
+  id_to_word = std::move(mp.id_to_word);
 
   // HF keeps merges in a map keyed by pair: a pair merged twice keeps its last rank.
   {

@@ -35,7 +35,8 @@ using WordCountMap = std::unordered_map<std::string, std::uint64_t, StringHash, 
 // (with its '\n') is one sequence, as HF tokenizers reads training files.
 class WordCounter {
  public:
-  WordCounter(const PreTokenizer& pre, int threads);
+  // With `bert`, each line is BERT-normalized before it is split (WordPiece).
+  WordCounter(const PreTokenizer& pre, int threads, std::optional<text::BertNormalization> bert = std::nullopt);
   // `chunk` holds whole lines (the last may lack its '\n' at end of input).
   void add(std::string_view chunk);
   // Merge the per-thread maps into one and return it (the counter is then empty).
@@ -45,6 +46,7 @@ class WordCounter {
  private:
   void count_slice(std::string_view slice, WordCountMap& m, std::vector<Range>& ranges);
   const PreTokenizer& pre_;
+  std::optional<text::BertNormalization> bert_;
   int threads_;
   std::vector<WordCountMap> maps_;
   std::uint64_t lines_ = 0;

@@ -1,0 +1,53 @@
+// The merge loop shared by the BPE trainers (byte-level BPE, WordPiece as HF trains
+// it): HF BpeTrainer's max-heap of (pair count, smallest pair of ids) with stale
+// entries pushed back. Internal to the library.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "lmpipe/tok/bpe_trainer.h"
+
+namespace lmp::tok {
+
+struct MergeProblem {
+  std::vector<std::vector<TokenId>> words;  // (n_words) symbol ids
+  std::vector<std::int64_t> wcount;         // (n_words) occurrences
+  std::vector<std::string> id_to_word;      // (n_vocab) token strings; grows with the merges
+  std::unordered_map<std::string, TokenId> word_to_id;
+  std::vector<std::uint32_t> len;           // (n_vocab) token length for max_token_length
+};
+
+struct MergeLimits {
+  std::size_t vocab_size;
+  std::uint64_t min_frequency;
+  std::optional<std::size_t> max_token_length;
+};
+
+// A pair count change made by a merge inside one word.
+struct Change {
+  std::uint64_t pair;
+  std::int32_t delta;
+};
+
+// Replace each (a, b) in `w` by `repl`, recording pair count changes as HF's
+// Word::merge does (a pair is not formed when the joined length would reach max_len).
+void merge_word(std::vector<TokenId>& w, TokenId a, TokenId b, TokenId repl, std::size_t max_len,
+                const std::vector<std::uint32_t>& len, std::vector<Change>& ch);
+
+// The merged token's string from its two parts.
+using JoinFn = std::function<void(const std::string&, const std::string&, std::string&)>;
+// A new token's length, in the unit of max_token_length.
+using LenFn = std::function<std::uint32_t(const std::string&)>;
+
+// Merge until the vocabulary is full, no pair is left, or the best pair occurs fewer
+// than min_frequency times; returns the merges in order (report: stop reason, count).
+std::vector<std::pair<TokenId, TokenId>> run_bpe_merges(MergeProblem& p, const MergeLimits& lim, TrainReport& report,
+                                                        const TrainProgress& progress, const JoinFn& join,
+                                                        const LenFn& len_of);
+
+}  // namespace lmp::tok
