@@ -5,6 +5,7 @@
 
 #include "lmpipe/text/unicode.h"
 #include "lmpipe/tok/byte_level.h"
+#include "lmpipe/tok/sentencepiece.h"
 #include "lmpipe/tok/wordpiece.h"
 
 namespace lmp::tok {
@@ -186,6 +187,8 @@ void wordpiece_cleanup(std::string& s) {
 }  // namespace
 
 Status Tokenizer::decode(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const {
+  if (decoder_ == Decoder::sentencepiece && model_->type() == ModelType::sentencepiece)
+    return static_cast<const SentencePieceModel&>(*model_).decode(ids, n, out);
   std::string_view prefix;
   if (decoder_ == Decoder::wordpiece && model_->type() == ModelType::wordpiece)
     prefix = static_cast<const WordPieceModel&>(*model_).options().prefix;

@@ -10,6 +10,7 @@
 #include "lmpipe/text/unicode.h"
 #include "lmpipe/tok/byte_level.h"
 #include "lmpipe/tok/tokenizer.h"
+#include "lmpipe/tok/sentencepiece.h"
 #include "lmpipe/tok/wordpiece.h"
 
 namespace lmp::tok {
@@ -461,6 +462,19 @@ Result<std::unique_ptr<Tokenizer>> load_vocab_txt(const std::string& path, const
   return std::make_unique<Tokenizer>(std::move(wp), std::move(spec), std::move(added), std::move(info));
 }
 
+// ---- SentencePiece .model -------------------------------------------------------------
+
+Result<std::unique_ptr<Tokenizer>> load_sentencepiece(const std::string& path) {
+  LMP_ASSIGN(std::string bytes, io::read_file(path));
+  LMP_ASSIGN(auto m, SentencePieceModel::parse(bytes, path));
+  auto sp = std::make_unique<SentencePieceModel>(std::move(m));
+  TokenizerSpec spec;  // no pre-tokenizer: the model normalizes and encodes raw text
+  spec.decoder = Decoder::sentencepiece;
+  if (sp->bos_id() >= 0) spec.template_prefix = {sp->bos_id()};
+  TokenizerInfo info{path, "sentencepiece", "none"};
+  return std::make_unique<Tokenizer>(std::move(sp), std::move(spec), std::vector<AddedToken>{}, std::move(info));
+}
+
 // ---- GPT-2 vocab.json + merges.txt ------------------------------------------------
 
 Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_path,
@@ -648,6 +662,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, const
     return load_gpt2_files(path.substr(0, colon), path.substr(colon + 1));
   std::string base = basename_of(path);
   if (base.size() > 9 && base.substr(base.size() - 9) == ".tiktoken") return load_tiktoken(path, opts);
+  if (base.size() > 6 && base.substr(base.size() - 6) == ".model") return load_sentencepiece(path);
   LMP_ASSIGN(std::string text, io::read_file(path));
   std::size_t i = 0;
   while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) ++i;

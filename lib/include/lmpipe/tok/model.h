@@ -5,8 +5,10 @@
 // ModelScratch that each Session owns.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "lmpipe/tok/bpe_scratch.h"
@@ -14,13 +16,23 @@
 
 namespace lmp::tok {
 
+// A best path ending at one byte position (SentencePiece unigram Viterbi).
+struct SpBest {
+  TokenId id = -1;
+  float score = 0;
+  std::int32_t starts_at = -1;
+};
+
 struct ModelScratch {
   BpeScratch bpe;
+  std::vector<SpBest> sp_best;                              // (bytes + 1) unigram lattice
+  std::vector<std::pair<std::string_view, TokenId>> sp_pieces;  // pieces of one segment
+  std::string sp_text;                                      // normalized segment
   std::string buf;  // WordPiece: the candidate piece with its prefix
   std::uint64_t unknown = 0;  // pre-tokens encoded as the unknown token
 };
 
-enum class ModelType { bpe, wordpiece };
+enum class ModelType { bpe, wordpiece, sentencepiece };
 
 class Model {
  public:

@@ -37,6 +37,7 @@ enum class Normalization { none, nfc, nfkc };
 enum class Decoder {
   byte_level,  // concatenate the tokens' bytes (exact inverse)
   wordpiece,   // HF's WordPiece decoder: words joined by spaces, "##" glued, cleanup
+  sentencepiece,  // spm: ▁ → space, <0xXX> → bytes, control tokens dropped, dummy prefix removed
 };
 
 // Everything of a tokenizer but its model and added tokens.
@@ -157,8 +158,8 @@ struct LoadOptions {
 };
 
 // Load a tokenizer file, detecting the format: HF tokenizer.json, GPT-2 vocab.json
-// (with merges.txt beside it, or "vocab.json:merges.txt"), a tiktoken rank file, or a BERT
-// vocab.txt (one WordPiece token per line).
+// (with merges.txt beside it, or "vocab.json:merges.txt"), a tiktoken rank file, a BERT
+// vocab.txt (one WordPiece token per line), or a SentencePiece .model.
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
                                                   const LoadOptions& opts = {});
 
@@ -168,6 +169,8 @@ Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_json
                                                    const std::string& merges_txt);
 Result<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& path, const LoadOptions& opts);
 Result<std::unique_ptr<Tokenizer>> load_vocab_txt(const std::string& path, const LoadOptions& opts);
+// A SentencePiece .model (unigram or BPE); --add-special adds its <s>.
+Result<std::unique_ptr<Tokenizer>> load_sentencepiece(const std::string& path);
 
 // HF tokenizer.json text (compact, in HF's key order): byte-level BPE or WordPiece.
 std::string to_tokenizer_json(const Tokenizer& t);

@@ -1,0 +1,31 @@
+// DoubleArray: a byte trie in the double-array layout (Aoe), for prefix searches that
+// step one byte at a time with two array reads: child = base[node] + byte, valid when
+// check[child] == node. Built once from a set of keys, then read-only.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace lmp {
+
+class DoubleArray {
+ public:
+  // `keys` are (bytes, value >= 0); keys must be distinct and non-empty.
+  void build(std::vector<std::pair<std::string_view, std::int32_t>> keys);
+
+  // Walk from `node` (0 = root) by byte c: the child, or -1.
+  std::int32_t step(std::int32_t node, unsigned char c) const {
+    auto t = static_cast<std::size_t>(base_[static_cast<std::size_t>(node)]) + c;
+    return t < check_.size() && check_[t] == node ? static_cast<std::int32_t>(t) : -1;
+  }
+  // The value of the key that ends at `node`, or -1.
+  std::int32_t value(std::int32_t node) const { return value_[static_cast<std::size_t>(node)]; }
+  std::size_t size() const { return check_.size(); }
+
+ private:
+  std::vector<std::int32_t> base_, check_, value_;
+};
+
+}  // namespace lmp

@@ -1,0 +1,98 @@
+// SentencePiece models (.model files, protobuf ModelProto): unigram and BPE over raw
+// text, as spm_encode encodes.
+//
+// Normalization is the model's own: the precompiled character map (a darts-clone
+// double-array trie over the replacement rules, matched leftmost-longest), then extra
+// whitespace removed (when asked), spaces escaped as ▁ (U+2581) and a dummy ▁ prefix.
+// Unigram: the Viterbi path of highest total score over all pieces (SentencePiece's
+// float sums and tie order); an uncovered character is <unk> with the lowest score
+// minus 10. BPE: repeatedly merge the adjacent pair whose concatenation is the piece
+// of highest score, leftmost first. Unknown pieces become <0xXX> byte pieces when the
+// model has byte fallback.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lmpipe/core/result.h"
+#include "lmpipe/core/double_array.h"
+#include "lmpipe/core/string_map.h"
+#include "lmpipe/tok/model.h"
+
+namespace lmp::tok {
+
+enum class SpPieceType : std::uint8_t { normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+
+class SpNormalizer {
+ public:
+  std::string name;                   // nmt_nfkc, identity, ...
+  bool add_dummy_prefix = true;
+  bool remove_extra_whitespaces = true;
+  bool escape_whitespaces = true;
+  bool treat_whitespace_as_suffix = false;
+  // Load the precompiled charsmap blob (u32 trie size, trie units, string pool).
+  Status load_charsmap(std::string_view blob, const std::string& where);
+  void normalize(std::string_view in, std::string& out) const;
+
+ private:
+  // Longest rule matching a prefix of `s`: (replacement, bytes consumed); consumed 0 if none.
+  std::pair<std::string_view, std::size_t> match(std::string_view s) const;
+  std::vector<std::uint32_t> trie_;   // darts-clone units
+  std::string pool_;                  // NUL-terminated replacements
+};
+
+class SentencePieceModel final : public Model {
+ public:
+  enum class Kind { unigram, bpe };
+  // Parse a serialized ModelProto; `name` locates errors.
+  static Result<SentencePieceModel> parse(std::string_view proto, const std::string& name);
+
+  ModelType type() const override { return ModelType::sentencepiece; }
+  // Encode one segment of raw text (normalization included).
+  void encode(std::string_view text, std::vector<TokenId>& out, ModelScratch& s) const override;
+  std::size_t vocab_size() const override { return pieces_.size(); }
+  std::string_view token_text(TokenId id) const override {
+    return id >= 0 && static_cast<std::size_t>(id) < pieces_.size() ? std::string_view(pieces_[static_cast<std::size_t>(id)])
+                                                                     : std::string_view();
+  }
+  TokenId find(std::string_view piece) const override { return ids_.find(piece); }
+
+  // spm's decoding: pieces joined, ▁ → space, <0xXX> → bytes, control tokens dropped,
+  // <unk> → its surface (" ⁇ "), the dummy prefix's space removed.
+  Status decode(const TokenId* ids, std::size_t n, std::string& out) const;
+
+  Kind kind() const { return kind_; }
+  SpPieceType piece_type(TokenId id) const { return types_[static_cast<std::size_t>(id)]; }
+  float score(TokenId id) const { return scores_[static_cast<std::size_t>(id)]; }
+  bool byte_fallback() const { return byte_fallback_; }
+  TokenId unk_id() const { return unk_id_; }
+  TokenId bos_id() const { return bos_id_; }
+  TokenId eos_id() const { return eos_id_; }
+  const SpNormalizer& normalizer() const { return norm_; }
+
+ private:
+  void encode_normalized(std::string_view text, std::vector<TokenId>& out, ModelScratch& s) const;
+  void unigram(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out,
+               std::vector<SpBest>& best) const;
+  void bpe(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out, ModelScratch& s) const;
+  std::size_t match_user_defined(std::string_view s) const;  // bytes of the longest one at s, or 0
+
+  Kind kind_ = Kind::unigram;
+  std::vector<std::string> pieces_;
+  std::vector<float> scores_;
+  std::vector<SpPieceType> types_;
+  StringIdMap ids_;          // piece → id
+  DoubleArray trie_;         // unigram: normal, user-defined and unused pieces → id
+  std::size_t max_piece_bytes_ = 0;
+  std::vector<std::string_view> user_defined_;  // longest first
+  TokenId unk_id_ = -1, bos_id_ = -1, eos_id_ = -1;
+  bool byte_fallback_ = false;
+  std::array<TokenId, 256> byte_ids_{};
+  float min_score_ = 0, max_score_ = 0;
+  std::string unk_surface_ = " \xE2\x81\x87 ";
+  SpNormalizer norm_;
+};
+
+}  // namespace lmp::tok

@@ -1,0 +1,549 @@
+#include "lmpipe/tok/sentencepiece.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cstring>
+#include <queue>
+#include <unordered_map>
+
+#include "lmpipe/text/unicode.h"
+
+namespace lmp::tok {
+
+namespace {
+
+constexpr std::string_view kSpace = "\xE2\x96\x81";        // ▁ U+2581
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+constexpr float kUnkPenalty = 10.0f;
+
+// ---- A protobuf wire-format reader (bounds-checked, unknown fields skipped) ---------
+
+class Proto {
+ public:
+  Proto(std::string_view b, const std::string& name, std::size_t base) : b_(b), name_(name), base_(base) {}
+  bool done() const { return i_ >= b_.size(); }
+  Result<std::uint64_t> varint() {
+    std::uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (i_ >= b_.size()) return err("truncated varint");
+      auto c = static_cast<unsigned char>(b_[i_++]);
+      v |= static_cast<std::uint64_t>(c & 0x7F) << shift;
+      if (c < 0x80) return v;
+    }
+    return err("varint longer than 10 bytes");
+  }
+  // (field number, wire type)
+  Result<std::pair<std::uint32_t, std::uint32_t>> tag() {
+    LMP_ASSIGN(std::uint64_t t, varint());
+    if ((t >> 3) == 0 || (t >> 3) > 0x1FFFFFFF) return err("invalid field number");
+    return std::pair<std::uint32_t, std::uint32_t>{static_cast<std::uint32_t>(t >> 3), static_cast<std::uint32_t>(t & 7)};
+  }
+  Result<std::string_view> bytes() {
+    LMP_ASSIGN(std::uint64_t n, varint());
+    if (n > b_.size() - i_) return err(fmt::format("length {} runs past the end ({} bytes left)", n, b_.size() - i_));
+    std::string_view v = b_.substr(i_, static_cast<std::size_t>(n));
+    i_ += static_cast<std::size_t>(n);
+    return v;
+  }
+  Result<std::uint32_t> fixed32() {
+    if (b_.size() - i_ < 4) return err("truncated fixed32");
+    std::uint32_t v;
+    std::memcpy(&v, b_.data() + i_, 4);
+    i_ += 4;
+    return v;
+  }
+  Status skip(std::uint32_t wire) {
+    switch (wire) {
+      case 0: {
+        auto r = varint();
+        if (!r.ok()) return std::move(r).error();
+        return {};
+      }
+      case 1:
+        if (b_.size() - i_ < 8) return err("truncated fixed64");
+        i_ += 8;
+        return {};
+      case 2: {
+        auto r = bytes();
+        if (!r.ok()) return std::move(r).error();
+        return {};
+      }
+      case 5: {
+        auto r = fixed32();
+        if (!r.ok()) return std::move(r).error();
+        return {};
+      }
+      default: return err(fmt::format("unsupported wire type {}", wire));
+    }
+  }
+  std::size_t offset() const { return base_ + i_; }
+  std::size_t pos() const { return i_; }
+
+ private:
+  Error err(std::string_view what) const {
+    return make_error(Errc::parse, "{}: byte {}: {}", name_, base_ + i_, what);
+  }
+  std::string_view b_;
+  const std::string& name_;
+  std::size_t base_;
+  std::size_t i_ = 0;
+};
+
+float as_float(std::uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+std::size_t utf8_len(std::string_view s) {  // bytes of the character at s[0], 0 if invalid
+  auto c = text::decode_utf8(reinterpret_cast<const unsigned char*>(s.data()), s.size(), 0);
+  return c.cp >= text::kInvalidBase ? 0 : c.len;
+}
+
+}  // namespace
+
+// ---- Normalizer ---------------------------------------------------------------------
+
+Status SpNormalizer::load_charsmap(std::string_view blob, const std::string& where) {
+  if (blob.empty()) return {};
+  if (blob.size() < 4) return make_error(Errc::parse, "{}: precompiled charsmap shorter than its header", where);
+  std::uint32_t trie_bytes;
+  std::memcpy(&trie_bytes, blob.data(), 4);
+  if (trie_bytes % 4 != 0 || trie_bytes > blob.size() - 4)
+    return make_error(Errc::parse, "{}: precompiled charsmap: trie of {} bytes in a blob of {}", where, trie_bytes,
+                      blob.size());
+  trie_.resize(trie_bytes / 4);
+  std::memcpy(trie_.data(), blob.data() + 4, trie_bytes);
+  pool_.assign(blob.substr(4 + trie_bytes));
+  if (pool_.empty() || pool_.back() != '\0') pool_ += '\0';
+  return {};
+}
+
+// darts-clone's commonPrefixSearch, keeping the longest match.
+std::pair<std::string_view, std::size_t> SpNormalizer::match(std::string_view s) const {
+  if (trie_.empty()) return {{}, 0};
+  auto offset = [](std::uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); };
+  auto label = [](std::uint32_t u) { return u & ((1u << 31) | 0xFFu); };
+  auto has_leaf = [](std::uint32_t u) { return ((u >> 8) & 1u) != 0; };
+  std::size_t id = 0;
+  std::uint32_t unit = trie_[0];
+  id ^= offset(unit);
+  std::size_t best_len = 0;
+  std::uint32_t best_value = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    id ^= c;
+    if (id >= trie_.size()) break;
+    unit = trie_[id];
+    if (label(unit) != c) break;
+    id ^= offset(unit);
+    if (id >= trie_.size()) break;
+    if (has_leaf(unit)) {
+      best_len = i + 1;
+      best_value = trie_[id] & 0x7FFFFFFFu;
+    }
+  }
+  if (best_len == 0 || best_value >= pool_.size()) return {{}, 0};
+  return {std::string_view(pool_.c_str() + best_value), best_len};
+}
+
+void SpNormalizer::normalize(std::string_view in, std::string& out) const {
+  out.clear();
+  // The next normalized piece of `in` and the bytes it consumes.
+  auto next = [&](std::string_view s) -> std::pair<std::string_view, std::size_t> {
+    auto m = match(s);
+    if (m.second > 0) return m;
+    std::size_t n = utf8_len(s);
+    if (n == 0) return {kReplacement, 1};  // a malformed byte: U+FFFD, one byte consumed
+    return {s.substr(0, n), n};
+  };
+  auto add_ws = [&] { out += escape_whitespaces ? kSpace : std::string_view(" "); };
+  if (remove_extra_whitespaces) {
+    while (!in.empty()) {
+      auto p = next(in);
+      if (p.first != " ") break;
+      in.remove_prefix(p.second);
+    }
+  }
+  if (in.empty()) return;
+  if (!treat_whitespace_as_suffix && add_dummy_prefix) add_ws();
+  bool prev_space = remove_extra_whitespaces;
+  while (!in.empty()) {
+    auto [sp, used] = next(in);
+    if (prev_space)
+      while (!sp.empty() && sp.front() == ' ') sp.remove_prefix(1);
+    if (!sp.empty()) {
+      for (char c : sp) {
+        if (escape_whitespaces && c == ' ') out += kSpace;
+        else out += c;
+      }
+      prev_space = sp.back() == ' ';
+    }
+    in.remove_prefix(used);
+    if (!remove_extra_whitespaces) prev_space = false;
+  }
+  if (remove_extra_whitespaces) {
+    std::string_view ws = escape_whitespaces ? kSpace : std::string_view(" ");
+    while (out.size() >= ws.size() && std::string_view(out).substr(out.size() - ws.size()) == ws)
+      out.resize(out.size() - ws.size());
+  }
+  if (treat_whitespace_as_suffix && add_dummy_prefix) add_ws();
+}
+
+// ---- Model --------------------------------------------------------------------------
+
+Result<SentencePieceModel> SentencePieceModel::parse(std::string_view proto, const std::string& name) {
+  SentencePieceModel m;
+  m.byte_ids_.fill(-1);
+  Proto top(proto, name, 0);
+  bool have_trainer = false;
+  int model_type = 1;
+  while (!top.done()) {
+    LMP_ASSIGN(auto t, top.tag());
+    auto [field, wire] = t;
+    if (field == 1 && wire == 2) {  // SentencePiece
+      std::size_t at = top.offset();
+      LMP_ASSIGN(std::string_view msg, top.bytes());
+      Proto p(msg, name, at);
+      std::string piece;
+      float score = 0;
+      int type = 1;
+      while (!p.done()) {
+        LMP_ASSIGN(auto pt, p.tag());
+        if (pt.first == 1 && pt.second == 2) {
+          LMP_ASSIGN(std::string_view v, p.bytes());
+          piece.assign(v);
+        } else if (pt.first == 2 && pt.second == 5) {
+          LMP_ASSIGN(std::uint32_t bits, p.fixed32());
+          score = as_float(bits);
+        } else if (pt.first == 3 && pt.second == 0) {
+          LMP_ASSIGN(std::uint64_t v, p.varint());
+          type = static_cast<int>(v);
+        } else {
+          LMP_TRY(p.skip(pt.second));
+        }
+      }
+      if (type < 1 || type > 6) return make_error(Errc::parse, "{}: byte {}: piece type {} is not known", name, at, type);
+      m.pieces_.push_back(std::move(piece));
+      m.scores_.push_back(score);
+      m.types_.push_back(static_cast<SpPieceType>(type));
+    } else if (field == 2 && wire == 2) {  // TrainerSpec
+      std::size_t at = top.offset();
+      LMP_ASSIGN(std::string_view msg, top.bytes());
+      have_trainer = true;
+      Proto p(msg, name, at);
+      while (!p.done()) {
+        LMP_ASSIGN(auto pt, p.tag());
+        if (pt.second == 0 && (pt.first == 3 || pt.first == 35 || pt.first == 24)) {
+          LMP_ASSIGN(std::uint64_t v, p.varint());
+          if (pt.first == 3) model_type = static_cast<int>(v);
+          if (pt.first == 35) m.byte_fallback_ = v != 0;
+          if (pt.first == 24) m.norm_.treat_whitespace_as_suffix = v != 0;
+        } else if (pt.first == 44 && pt.second == 2) {
+          LMP_ASSIGN(std::string_view v, p.bytes());
+          m.unk_surface_.assign(v);
+        } else {
+          LMP_TRY(p.skip(pt.second));
+        }
+      }
+    } else if (field == 3 && wire == 2) {  // NormalizerSpec
+      std::size_t at = top.offset();
+      LMP_ASSIGN(std::string_view msg, top.bytes());
+      Proto p(msg, name, at);
+      while (!p.done()) {
+        LMP_ASSIGN(auto pt, p.tag());
+        if (pt.first == 1 && pt.second == 2) {
+          LMP_ASSIGN(std::string_view v, p.bytes());
+          m.norm_.name.assign(v);
+        } else if (pt.first == 2 && pt.second == 2) {
+          std::size_t cat = p.offset();
+          LMP_ASSIGN(std::string_view v, p.bytes());
+          LMP_TRY(m.norm_.load_charsmap(v, fmt::format("{}: byte {}", name, cat)));
+        } else if (pt.second == 0 && pt.first >= 3 && pt.first <= 5) {
+          LMP_ASSIGN(std::uint64_t v, p.varint());
+          (pt.first == 3 ? m.norm_.add_dummy_prefix : pt.first == 4 ? m.norm_.remove_extra_whitespaces
+                                                                     : m.norm_.escape_whitespaces) = v != 0;
+        } else {
+          LMP_TRY(p.skip(pt.second));
+        }
+      }
+    } else {
+      LMP_TRY(top.skip(wire));
+    }
+  }
+  if (m.pieces_.empty()) return make_error(Errc::parse, "{}: not a SentencePiece model (no pieces)", name);
+  if (!have_trainer) return make_error(Errc::parse, "{}: not a SentencePiece model (no trainer_spec)", name);
+  if (model_type == 1) m.kind_ = Kind::unigram;
+  else if (model_type == 2) m.kind_ = Kind::bpe;
+  else
+    return make_error(Errc::unsupported, "{}: model type {} (WORD or CHAR) is not supported; unigram and BPE are", name,
+                      model_type);
+
+  m.ids_.reserve(m.pieces_.size());
+  m.min_score_ = FLT_MAX;
+  m.max_score_ = -FLT_MAX;
+  for (std::size_t i = 0; i < m.pieces_.size(); ++i) {
+    const std::string& p = m.pieces_[i];
+    auto id = static_cast<TokenId>(i);
+    if (p.empty()) return make_error(Errc::parse, "{}: piece {} is empty", name, i);
+    if (!m.ids_.insert(p, id)) return make_error(Errc::parse, "{}: piece {} '{}' appears twice", name, i, p);
+    switch (m.types_[i]) {
+      case SpPieceType::unknown:
+        if (m.unk_id_ >= 0) return make_error(Errc::parse, "{}: more than one unknown piece", name);
+        m.unk_id_ = id;
+        break;
+      case SpPieceType::normal:
+        m.min_score_ = std::min(m.min_score_, m.scores_[i]);
+        m.max_score_ = std::max(m.max_score_, m.scores_[i]);
+        break;
+      case SpPieceType::user_defined: m.user_defined_.push_back(p); break;
+      case SpPieceType::byte:
+        if (p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>') {
+          unsigned v = 0;
+          for (int k = 3; k < 5; ++k) {
+            char c = p[static_cast<std::size_t>(k)];
+            v = v * 16 + static_cast<unsigned>(c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 0);
+          }
+          m.byte_ids_[v] = id;
+        }
+        break;
+      case SpPieceType::control:
+        if (p == "<s>") m.bos_id_ = id;
+        if (p == "</s>") m.eos_id_ = id;
+        break;
+      default: break;
+    }
+    if (m.types_[i] == SpPieceType::normal || m.types_[i] == SpPieceType::user_defined ||
+        m.types_[i] == SpPieceType::unused) {
+      m.max_piece_bytes_ = std::max(m.max_piece_bytes_, p.size());
+    }
+  }
+  if (m.unk_id_ < 0) return make_error(Errc::parse, "{}: the model has no unknown piece", name);
+  if (m.byte_fallback_)
+    for (int b = 0; b < 256; ++b)
+      if (m.byte_ids_[static_cast<std::size_t>(b)] < 0)
+        return make_error(Errc::parse, "{}: byte fallback without the piece <0x{:02X}>", name, b);
+  std::sort(m.user_defined_.begin(), m.user_defined_.end(),
+            [](std::string_view a, std::string_view b) { return a.size() > b.size(); });
+  if (m.kind_ == Kind::unigram) {
+    std::vector<std::pair<std::string_view, std::int32_t>> keys;
+    for (std::size_t i = 0; i < m.pieces_.size(); ++i) {
+      auto t = m.types_[i];
+      if (t == SpPieceType::normal || t == SpPieceType::user_defined || t == SpPieceType::unused)
+        keys.emplace_back(m.pieces_[i], static_cast<std::int32_t>(i));
+    }
+    m.trie_.build(std::move(keys));
+  }
+  return m;
+}
+
+std::size_t SentencePieceModel::match_user_defined(std::string_view s) const {
+  for (std::string_view u : user_defined_)
+    if (s.size() >= u.size() && s.compare(0, u.size(), u) == 0) return u.size();
+  return 0;
+}
+
+void SentencePieceModel::encode(std::string_view text, std::vector<TokenId>& out, ModelScratch& s) const {
+  norm_.normalize(text, s.sp_text);
+  encode_normalized(s.sp_text, out, s);
+}
+
+void SentencePieceModel::encode_normalized(std::string_view text, std::vector<TokenId>& out, ModelScratch& s) const {
+  if (text.empty()) return;
+  auto& pieces = s.sp_pieces;
+  pieces.clear();
+  if (kind_ == Kind::unigram) unigram(text, pieces, s.sp_best);
+  else bpe(text, pieces, s);
+  bool prev_unk = false;
+  for (auto [piece, id] : pieces) {
+    bool unk = id == unk_id_;
+    if (unk && byte_fallback_) {
+      for (char c : piece) out.push_back(byte_ids_[static_cast<unsigned char>(c)]);
+      continue;
+    }
+    // A run of unknown pieces is one <unk>, as spm_encode emits it.
+    if (!(unk && prev_unk)) {
+      out.push_back(id);
+      if (unk) ++s.unknown;
+    }
+    prev_unk = unk;
+  }
+}
+
+// SentencePiece's Viterbi (the lattice-free version of unigram_model.cc): float sums,
+// a later candidate replaces the best only when strictly better.
+void SentencePieceModel::unigram(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out,
+                                 std::vector<SpBest>& best) const {
+  const std::size_t size = text.size();
+  best.assign(size + 1, SpBest{});
+  const float unk_score = min_score_ - kUnkPenalty;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  std::size_t start = 0;
+  while (start < size) {
+    const float here = best[start].score;
+    std::size_t mblen = utf8_len(text.substr(start));
+    if (mblen == 0) mblen = 1;
+    mblen = std::min(mblen, size - start);
+    bool single = false;
+    std::int32_t node = 0;
+    for (std::size_t k = start; k < size; ++k) {
+      node = trie_.step(node, bytes[k]);
+      if (node < 0) break;
+      TokenId id = trie_.value(node);
+      if (id < 0) continue;
+      auto t = types_[static_cast<std::size_t>(id)];
+      if (t == SpPieceType::unused) continue;
+      std::size_t len = k + 1 - start;
+      // As SentencePiece computes it: the score is a double (the user-defined bonus is),
+      // so the candidate is a double, compared with the stored float best.
+      double sc = t == SpPieceType::user_defined ? static_cast<double>(len) * static_cast<double>(max_score_) - 0.1
+                                                 : static_cast<double>(scores_[static_cast<std::size_t>(id)]);
+      double cand = sc + static_cast<double>(here);
+      SpBest& b = best[k + 1];
+      if (b.starts_at == -1 || cand > static_cast<double>(b.score)) {
+        b.score = static_cast<float>(cand);
+        b.starts_at = static_cast<std::int32_t>(start);
+        b.id = id;
+      }
+      if (len == mblen) single = true;
+    }
+    if (!single) {
+      SpBest& b = best[start + mblen];
+      float cand = unk_score + here;  // a float here, as in SentencePiece
+      if (b.starts_at == -1 || cand > b.score) {
+        b.score = cand;
+        b.starts_at = static_cast<std::int32_t>(start);
+        b.id = unk_id_;
+      }
+    }
+    start += mblen;
+  }
+  std::size_t first = out.size();
+  for (std::size_t end = size; end > 0;) {
+    const SpBest& b = best[end];
+    auto st = static_cast<std::size_t>(b.starts_at);
+    out.emplace_back(text.substr(st, end - st), b.id);
+    end = st;
+  }
+  std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+}
+
+// SentencePiece's BPE (bpe_model.cc): merge the adjacent pair whose concatenation is
+// the piece of highest score, leftmost on ties; unused pieces are split back.
+void SentencePieceModel::bpe(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out,
+                             ModelScratch&) const {
+  struct Sym {
+    std::size_t begin, len;
+    std::int64_t prev, next;
+    bool freeze;
+  };
+  struct Pair {
+    float score;
+    std::int64_t left, right;
+    std::size_t size;
+  };
+  struct Less {
+    bool operator()(const Pair& a, const Pair& b) const {
+      return a.score < b.score || (a.score == b.score && a.left > b.left);
+    }
+  };
+  std::vector<Sym> sym;
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t n = match_user_defined(text.substr(i));
+    bool freeze = n > 0;
+    if (!n) n = utf8_len(text.substr(i));
+    if (!n) n = 1;
+    auto k = static_cast<std::int64_t>(sym.size());
+    sym.push_back(Sym{i, n, k - 1, -1, freeze});
+    if (k > 0) sym[static_cast<std::size_t>(k - 1)].next = k;
+    i += n;
+  }
+  std::priority_queue<Pair, std::vector<Pair>, Less> agenda;
+  std::unordered_map<std::string_view, std::pair<std::string_view, std::string_view>> rev_merge;
+  auto piece_of = [&](const Sym& s) { return text.substr(s.begin, s.len); };
+  auto maybe_add = [&](std::int64_t l, std::int64_t r) {
+    if (l < 0 || r < 0) return;
+    const Sym& a = sym[static_cast<std::size_t>(l)];
+    const Sym& b = sym[static_cast<std::size_t>(r)];
+    if (a.freeze || b.freeze) return;
+    std::string_view joined = text.substr(a.begin, a.len + b.len);
+    TokenId id = ids_.find(joined);
+    if (id < 0) return;
+    auto t = types_[static_cast<std::size_t>(id)];
+    if (t != SpPieceType::normal && t != SpPieceType::user_defined && t != SpPieceType::unused) return;
+    agenda.push(Pair{scores_[static_cast<std::size_t>(id)], l, r, joined.size()});
+    if (t == SpPieceType::unused) rev_merge[joined] = {piece_of(a), piece_of(b)};
+  };
+  for (std::size_t i = 1; i < sym.size(); ++i) maybe_add(static_cast<std::int64_t>(i - 1), static_cast<std::int64_t>(i));
+  while (!agenda.empty()) {
+    Pair top = agenda.top();
+    agenda.pop();
+    Sym& l = sym[static_cast<std::size_t>(top.left)];
+    Sym& r = sym[static_cast<std::size_t>(top.right)];
+    if (l.len == 0 || r.len == 0 || l.len + r.len != top.size || l.next != top.right) continue;
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[static_cast<std::size_t>(r.next)].prev = top.left;
+    maybe_add(l.prev, top.left);
+    maybe_add(top.left, l.next);
+  }
+  // Map to ids; an unused piece is split into the pieces it was made of.
+  std::vector<std::string_view> stack;
+  for (std::int64_t i = sym.empty() ? -1 : 0; i >= 0; i = sym[static_cast<std::size_t>(i)].next) {
+    stack.push_back(piece_of(sym[static_cast<std::size_t>(i)]));
+    while (!stack.empty()) {
+      std::string_view w = stack.back();
+      stack.pop_back();
+      TokenId id = ids_.find(w);
+      if (id >= 0 && types_[static_cast<std::size_t>(id)] == SpPieceType::unused) {
+        auto it = rev_merge.find(w);
+        if (it != rev_merge.end()) {
+          stack.push_back(it->second.second);
+          stack.push_back(it->second.first);
+          continue;
+        }
+      }
+      out.emplace_back(w, id < 0 ? unk_id_ : id);
+    }
+  }
+}
+
+Status SentencePieceModel::decode(const TokenId* ids, std::size_t n, std::string& out) const {
+  std::size_t start = out.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    TokenId id = ids[k];
+    if (id < 0 || static_cast<std::size_t>(id) >= pieces_.size())
+      return make_error(Errc::out_of_range, "token id {} is not in the vocabulary (size {})", id, pieces_.size());
+    switch (types_[static_cast<std::size_t>(id)]) {
+      case SpPieceType::control: continue;
+      case SpPieceType::unknown: out += unk_surface_; continue;
+      case SpPieceType::byte: {
+        const std::string& p = pieces_[static_cast<std::size_t>(id)];
+        unsigned v = 0;
+        for (int j = 3; j < 5; ++j) {
+          char c = p[static_cast<std::size_t>(j)];
+          v = v * 16 + static_cast<unsigned>(c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 0);
+        }
+        out += static_cast<char>(v);
+        continue;
+      }
+      default: break;
+    }
+    std::string_view p = pieces_[static_cast<std::size_t>(id)];
+    for (std::size_t i = 0; i < p.size();) {
+      if (p.compare(i, kSpace.size(), kSpace) == 0) {
+        out += ' ';
+        i += kSpace.size();
+      } else {
+        out += p[i++];
+      }
+    }
+  }
+  // The dummy prefix's space.
+  if (norm_.add_dummy_prefix && !norm_.treat_whitespace_as_suffix && out.size() > start && out[start] == ' ')
+    out.erase(start, 1);
+  return {};
+}
+
+}  // namespace lmp::tok
