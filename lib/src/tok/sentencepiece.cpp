@@ -333,6 +333,53 @@ Result<SentencePieceModel> SentencePieceModel::parse(std::string_view proto, con
         keys.emplace_back(m.pieces_[i], static_cast<std::int32_t>(i));
     }
     m.trie_.build(std::move(keys));
+  } else {
+    // Word by word is exact when no mergeable piece has ▁ right after another
+    // character (SentencePiece's split_by_whitespace; Llama 2 qualifies: its pieces of
+    // several ▁ are all ▁).
+    m.ws_split_ = !m.norm_.treat_whitespace_as_suffix;
+    for (std::size_t i = 0; i < m.pieces_.size() && m.ws_split_; ++i) {
+      auto t = m.types_[i];
+      if (t != SpPieceType::normal && t != SpPieceType::user_defined && t != SpPieceType::unused) continue;
+      std::string_view p = m.pieces_[i];
+      bool prev_other = false;  // the previous character is not ▁
+      for (std::size_t k = 0; k < p.size();) {
+        bool space = p.compare(k, kSpace.size(), kSpace) == 0;
+        if (space && prev_other) {
+          m.ws_split_ = false;
+          break;
+        }
+        prev_other = !space;
+        std::size_t n = space ? kSpace.size() : utf8_len(p.substr(k));
+        k += n ? n : 1;
+      }
+    }
+    // Ranks: pieces by score, highest first; equal scores share a rank.
+    std::vector<TokenId> order(m.pieces_.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<TokenId>(i);
+    std::stable_sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
+      return m.scores_[static_cast<std::size_t>(a)] > m.scores_[static_cast<std::size_t>(b)];
+    });
+    m.rank_.assign(m.pieces_.size(), 0);
+    std::uint32_t r = 0;
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      if (k > 0 && m.scores_[static_cast<std::size_t>(order[k])] != m.scores_[static_cast<std::size_t>(order[k - 1])]) ++r;
+      m.rank_[static_cast<std::size_t>(order[k])] = r;
+    }
+    for (auto t : m.types_) m.has_unused_ = m.has_unused_ || t == SpPieceType::unused;
+    // Every split of a piece into two pieces: merging then looks up a pair of ids
+    // instead of hashing the joined text.
+    for (std::size_t i = 0; i < m.pieces_.size(); ++i) {
+      auto t = m.types_[i];
+      if (t != SpPieceType::normal && t != SpPieceType::user_defined && t != SpPieceType::unused) continue;
+      std::string_view p = m.pieces_[i];
+      for (std::size_t k = utf8_len(p); k > 0 && k < p.size();) {
+        TokenId a = m.ids_.find(p.substr(0, k)), b = m.ids_.find(p.substr(k));
+        if (a >= 0 && b >= 0) m.pair_merge_.set(pair_key(a, b), PairMerge{m.scores_[i], static_cast<TokenId>(i)});
+        std::size_t n = utf8_len(p.substr(k));
+        k += n ? n : 1;
+      }
+    }
   }
   return m;
 }
@@ -352,8 +399,42 @@ void SentencePieceModel::encode_normalized(std::string_view text, std::vector<To
   if (text.empty()) return;
   auto& pieces = s.sp_pieces;
   pieces.clear();
-  if (kind_ == Kind::unigram) unigram(text, pieces, s.sp_best);
-  else bpe(text, pieces, s);
+  if (kind_ == Kind::unigram) {
+    unigram(text, pieces, s.sp_best);
+  } else if (!ws_split_) {
+    bpe(text, pieces, s);
+  } else {
+    // No piece has ▁ right after another character, so no merge crosses the start of
+    // a word: encode word by word (exactly the same pieces), through a word cache.
+    auto& cache = s.sp_cache;
+    if (cache.empty()) cache.resize(kSpCacheSize);
+    std::size_t start = 0;
+    while (start < text.size()) {
+      std::size_t end = start;
+      while (end < text.size() && text.compare(end, kSpace.size(), kSpace) == 0) end += kSpace.size();
+      std::size_t next = text.find(kSpace, end);
+      if (next == std::string_view::npos) next = text.size();
+      std::string_view word = text.substr(start, next - start);
+      auto& e = cache[static_cast<std::size_t>(hash_bytes(word.data(), word.size())) & (kSpCacheSize - 1)];
+      if (word.size() <= 64 && e.key == word) {
+        std::size_t at = start;
+        for (auto [len, id] : e.pieces) {
+          pieces.emplace_back(text.substr(at, len), id);
+          at += len;
+        }
+      } else {
+        std::size_t first = pieces.size();
+        bpe(word, pieces, s);
+        if (word.size() <= 64) {
+          e.key.assign(word);
+          e.pieces.clear();
+          for (std::size_t k = first; k < pieces.size(); ++k)
+            e.pieces.emplace_back(static_cast<std::uint32_t>(pieces[k].first.size()), pieces[k].second);
+        }
+      }
+      start = next;
+    }
+  }
   bool prev_unk = false;
   for (auto [piece, id] : pieces) {
     bool unk = id == unk_id_;
@@ -429,69 +510,90 @@ void SentencePieceModel::unigram(std::string_view text, std::vector<std::pair<st
 }
 
 // SentencePiece's BPE (bpe_model.cc): merge the adjacent pair whose concatenation is
-// the piece of highest score, leftmost on ties; unused pieces are split back.
+// the piece of highest score, leftmost on ties; unused pieces are split back. Scores
+// are turned into ranks (equal scores, equal rank), so the agenda is a heap of
+// (rank << 32 | left position): integer compares, the leftmost first on ties.
 void SentencePieceModel::bpe(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out,
-                             ModelScratch&) const {
-  struct Sym {
-    std::size_t begin, len;
-    std::int64_t prev, next;
-    bool freeze;
-  };
-  struct Pair {
-    float score;
-    std::int64_t left, right;
-    std::size_t size;
-  };
-  struct Less {
-    bool operator()(const Pair& a, const Pair& b) const {
-      return a.score < b.score || (a.score == b.score && a.left > b.left);
-    }
-  };
-  std::vector<Sym> sym;
+                             ModelScratch& s) const {
+  auto& sym = s.sp_sym;
+  sym.clear();
   for (std::size_t i = 0; i < text.size();) {
     std::size_t n = match_user_defined(text.substr(i));
     bool freeze = n > 0;
     if (!n) n = utf8_len(text.substr(i));
     if (!n) n = 1;
-    auto k = static_cast<std::int64_t>(sym.size());
-    sym.push_back(Sym{i, n, k - 1, -1, freeze});
+    auto k = static_cast<std::int32_t>(sym.size());
+    sym.push_back(SpSym{static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(n), k - 1, -1,
+                        ids_.find(text.substr(i, n)), freeze});
     if (k > 0) sym[static_cast<std::size_t>(k - 1)].next = k;
     i += n;
   }
-  std::priority_queue<Pair, std::vector<Pair>, Less> agenda;
-  std::unordered_map<std::string_view, std::pair<std::string_view, std::string_view>> rev_merge;
-  auto piece_of = [&](const Sym& s) { return text.substr(s.begin, s.len); };
-  auto maybe_add = [&](std::int64_t l, std::int64_t r) {
-    if (l < 0 || r < 0) return;
-    const Sym& a = sym[static_cast<std::size_t>(l)];
-    const Sym& b = sym[static_cast<std::size_t>(r)];
-    if (a.freeze || b.freeze) return;
-    std::string_view joined = text.substr(a.begin, a.len + b.len);
-    TokenId id = ids_.find(joined);
-    if (id < 0) return;
-    auto t = types_[static_cast<std::size_t>(id)];
-    if (t != SpPieceType::normal && t != SpPieceType::user_defined && t != SpPieceType::unused) return;
-    agenda.push(Pair{scores_[static_cast<std::size_t>(id)], l, r, joined.size()});
-    if (t == SpPieceType::unused) rev_merge[joined] = {piece_of(a), piece_of(b)};
+  auto piece_of = [&](const SpSym& x) { return text.substr(x.begin, x.len); };
+  // The merge of symbols l and r (adjacent): (rank, piece id), or rank kNone.
+  constexpr std::uint32_t kNone = 0xFFFFFFFFu;
+  auto merge_of = [&](std::int32_t l, std::int32_t r) -> std::pair<std::uint32_t, TokenId> {
+    const SpSym& a = sym[static_cast<std::size_t>(l)];
+    const SpSym& b = sym[static_cast<std::size_t>(r)];
+    if (a.freeze || b.freeze) return {kNone, -1};
+    TokenId id;
+    if (a.id >= 0 && b.id >= 0) {
+      const PairMerge* pm = pair_merge_.find(pair_key(a.id, b.id));
+      if (!pm) return {kNone, -1};
+      id = pm->id;
+    } else {  // a character that is not a piece: look the joined text up
+      id = ids_.find(text.substr(a.begin, a.len + b.len));
+      if (id < 0) return {kNone, -1};
+      auto t = types_[static_cast<std::size_t>(id)];
+      if (t != SpPieceType::normal && t != SpPieceType::user_defined && t != SpPieceType::unused) return {kNone, -1};
+    }
+    return {rank_[static_cast<std::size_t>(id)], id};
   };
-  for (std::size_t i = 1; i < sym.size(); ++i) maybe_add(static_cast<std::int64_t>(i - 1), static_cast<std::int64_t>(i));
-  while (!agenda.empty()) {
-    Pair top = agenda.top();
-    agenda.pop();
-    Sym& l = sym[static_cast<std::size_t>(top.left)];
-    Sym& r = sym[static_cast<std::size_t>(top.right)];
-    if (l.len == 0 || r.len == 0 || l.len + r.len != top.size || l.next != top.right) continue;
-    l.len += r.len;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[static_cast<std::size_t>(r.next)].prev = top.left;
-    maybe_add(l.prev, top.left);
-    maybe_add(top.left, l.next);
+  auto& heap = s.bpe.heap;
+  heap.clear();
+  auto push = [&](std::int32_t l) {
+    if (l < 0) return;
+    std::int32_t r = sym[static_cast<std::size_t>(l)].next;
+    if (r < 0) return;
+    auto m = merge_of(l, r);
+    if (m.first == kNone) return;
+    heap.push_back((static_cast<std::uint64_t>(m.first) << 32) | static_cast<std::uint32_t>(l));
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  };
+  for (std::size_t i = 0; i + 1 < sym.size(); ++i) {
+    auto m = merge_of(static_cast<std::int32_t>(i), static_cast<std::int32_t>(i + 1));
+    if (m.first != kNone) heap.push_back((static_cast<std::uint64_t>(m.first) << 32) | i);
+  }
+  std::make_heap(heap.begin(), heap.end(), std::greater<>());
+  std::unordered_map<std::string_view, std::pair<std::string_view, std::string_view>> rev_merge;
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    std::uint64_t key = heap.back();
+    heap.pop_back();
+    auto l = static_cast<std::int32_t>(key & 0xFFFFFFFFu);
+    SpSym& a = sym[static_cast<std::size_t>(l)];
+    if (a.len == 0 || a.next < 0) continue;
+    auto m = merge_of(l, a.next);
+    if (m.first != static_cast<std::uint32_t>(key >> 32)) continue;  // stale
+    SpSym& b = sym[static_cast<std::size_t>(a.next)];
+    if (has_unused_ && types_[static_cast<std::size_t>(m.second)] == SpPieceType::unused)
+      rev_merge[text.substr(a.begin, a.len + b.len)] = {piece_of(a), piece_of(b)};
+    a.len += b.len;
+    a.id = m.second;
+    b.len = 0;
+    a.next = b.next;
+    if (b.next >= 0) sym[static_cast<std::size_t>(b.next)].prev = l;
+    push(a.prev);
+    push(l);
   }
   // Map to ids; an unused piece is split into the pieces it was made of.
   std::vector<std::string_view> stack;
-  for (std::int64_t i = sym.empty() ? -1 : 0; i >= 0; i = sym[static_cast<std::size_t>(i)].next) {
-    stack.push_back(piece_of(sym[static_cast<std::size_t>(i)]));
+  for (std::int32_t i = sym.empty() ? -1 : 0; i >= 0; i = sym[static_cast<std::size_t>(i)].next) {
+    const SpSym& x = sym[static_cast<std::size_t>(i)];
+    if (!has_unused_) {
+      out.emplace_back(piece_of(x), x.id < 0 ? unk_id_ : x.id);
+      continue;
+    }
+    stack.push_back(piece_of(x));
     while (!stack.empty()) {
       std::string_view w = stack.back();
       stack.pop_back();

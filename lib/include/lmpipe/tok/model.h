@@ -23,8 +23,25 @@ struct SpBest {
   std::int32_t starts_at = -1;
 };
 
+// A symbol of SentencePiece BPE: a span of the normalized text, linked to its neighbours.
+struct SpSym {
+  std::uint32_t begin, len;  // len 0: merged into its left neighbour
+  std::int32_t prev, next;
+  TokenId id;                // the piece it is, or -1
+  bool freeze;               // a user-defined symbol: never merged
+};
+
+// A cached word of SentencePiece BPE: its pieces as (byte length, id).
+struct SpCacheEntry {
+  std::string key;
+  std::vector<std::pair<std::uint32_t, TokenId>> pieces;
+};
+inline constexpr std::size_t kSpCacheSize = 1 << 14;
+
 struct ModelScratch {
   BpeScratch bpe;
+  std::vector<SpCacheEntry> sp_cache;  // direct-mapped, allocated on first use
+  std::vector<SpSym> sp_sym;
   std::vector<SpBest> sp_best;                              // (bytes + 1) unigram lattice
   std::vector<std::pair<std::string_view, TokenId>> sp_pieces;  // pieces of one segment
   std::string sp_text;                                      // normalized segment

@@ -18,6 +18,7 @@
 
 #include "lmpipe/core/result.h"
 #include "lmpipe/core/double_array.h"
+#include "lmpipe/core/flat_map.h"
 #include "lmpipe/core/string_map.h"
 #include "lmpipe/tok/model.h"
 
@@ -85,6 +86,14 @@ class SentencePieceModel final : public Model {
   std::vector<SpPieceType> types_;
   StringIdMap ids_;          // piece → id
   DoubleArray trie_;         // unigram: normal, user-defined and unused pieces → id
+  struct PairMerge {
+    float score = 0;
+    TokenId id = -1;
+  };
+  InlineMap64<PairMerge> pair_merge_;  // BPE: (left id, right id) → the piece they make
+  std::vector<std::uint32_t> rank_;    // BPE: by score, highest first; ties share a rank
+  bool has_unused_ = false;
+  bool ws_split_ = false;  // BPE: words (a ▁ run and what follows) encode independently
   std::size_t max_piece_bytes_ = 0;
   std::vector<std::string_view> user_defined_;  // longest first
   TokenId unk_id_ = -1, bos_id_ = -1, eos_id_ = -1;

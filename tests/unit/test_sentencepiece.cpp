@@ -1,0 +1,166 @@
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "lmpipe/core/double_array.h"
+#include "lmpipe/tok/sentencepiece.h"
+
+using namespace lmp;
+using namespace lmp::tok;
+
+namespace {
+// A minimal protobuf writer for test models.
+void varint(std::string& o, std::uint64_t v) {
+  while (v >= 0x80) {
+    o += static_cast<char>((v & 0x7F) | 0x80);
+    v >>= 7;
+  }
+  o += static_cast<char>(v);
+}
+void tag(std::string& o, int field, int wire) { varint(o, static_cast<std::uint64_t>(field << 3 | wire)); }
+void bytes(std::string& o, int field, std::string_view v) {
+  tag(o, field, 2);
+  varint(o, v.size());
+  o += v;
+}
+void num(std::string& o, int field, std::uint64_t v) {
+  tag(o, field, 0);
+  varint(o, v);
+}
+
+struct P {
+  std::string piece;
+  float score;
+  int type;  // 1 normal, 2 unknown, 3 control, 4 user-defined, 6 byte
+};
+
+std::string model_proto(const std::vector<P>& pieces, int model_type, bool byte_fallback, bool remove_extra_ws) {
+  std::string o;
+  for (const auto& p : pieces) {
+    std::string m;
+    bytes(m, 1, p.piece);
+    tag(m, 2, 5);
+    std::uint32_t bits;
+    std::memcpy(&bits, &p.score, 4);
+    m.append(reinterpret_cast<const char*>(&bits), 4);
+    num(m, 3, static_cast<std::uint64_t>(p.type));
+    bytes(o, 1, m);
+  }
+  std::string trainer;
+  num(trainer, 3, static_cast<std::uint64_t>(model_type));
+  num(trainer, 35, byte_fallback ? 1 : 0);
+  bytes(o, 2, trainer);
+  std::string norm;
+  bytes(norm, 1, "identity");
+  num(norm, 3, 1);
+  num(norm, 4, remove_extra_ws ? 1 : 0);
+  bytes(o, 3, norm);
+  return o;
+}
+
+std::vector<std::string> encode(const SentencePieceModel& m, std::string_view text) {
+  ModelScratch s;
+  std::vector<TokenId> ids;
+  m.encode(text, ids, s);
+  std::vector<std::string> out;
+  for (TokenId id : ids) out.emplace_back(m.token_text(id));
+  return out;
+}
+
+using V = std::vector<std::string>;
+const std::string S = "\xE2\x96\x81";  // ▁
+}  // namespace
+
+TEST_CASE("double-array trie: every key found, nothing else", "[core][trie][property]") {
+  std::mt19937 rng(7);
+  std::set<std::string> keys;
+  while (keys.size() < 3000) {
+    std::string k;
+    std::size_t n = 1 + rng() % 6;
+    for (std::size_t i = 0; i < n; ++i) k += static_cast<char>('a' + rng() % 5 + (rng() % 40 == 0 ? 150 : 0));
+    keys.insert(k);
+  }
+  std::vector<std::pair<std::string_view, std::int32_t>> kv;
+  std::int32_t v = 0;
+  for (const auto& k : keys) kv.emplace_back(k, v++);
+  DoubleArray da;
+  da.build(kv);
+  auto lookup = [&](std::string_view s) {
+    std::int32_t node = 0;
+    for (char c : s) {
+      node = da.step(node, static_cast<unsigned char>(c));
+      if (node < 0) return -1;
+    }
+    return da.value(node);
+  };
+  v = 0;
+  for (const auto& k : keys) CHECK(lookup(k) == v++);
+  for (int i = 0; i < 3000; ++i) {
+    std::string k;
+    std::size_t n = 1 + rng() % 7;
+    for (std::size_t j = 0; j < n; ++j) k += static_cast<char>('a' + rng() % 6);
+    if (!keys.count(k)) CHECK(lookup(k) == -1);
+  }
+}
+
+TEST_CASE("SentencePiece unigram: the path of highest total score", "[tok][spm]") {
+  std::vector<P> pieces = {{"<unk>", 0, 2}, {"<s>", 0, 3}, {S + "a", -1, 1}, {S + "ab", -1.5f, 1},
+                           {"b", -2, 1},    {"c", -3, 1}, {S, -4, 1},      {"a", -2, 1}};
+  auto m = SentencePieceModel::parse(model_proto(pieces, 1, false, true), "t.model");
+  REQUIRE(m.ok());
+  CHECK(encode(*m, "ab") == V{S + "ab"});
+  CHECK(encode(*m, "abc") == V{S + "ab", "c"});
+  CHECK(encode(*m, "ba") == V{S, "b", "a"});
+  // Extra whitespace removed; a run of unknown characters is one <unk>.
+  CHECK(encode(*m, "  ab   ab ") == V{S + "ab", S + "ab"});
+  CHECK(encode(*m, "ab xyz") == V{S + "ab", S, "<unk>"});
+  CHECK(m->bos_id() == 1);
+}
+
+TEST_CASE("SentencePiece BPE: highest score first, leftmost on ties; byte fallback", "[tok][spm]") {
+  std::vector<P> pieces = {{"<unk>", 0, 2}, {S, -10, 1}, {"a", -10, 1}, {"b", -10, 1}, {"ab", -1, 1}, {"ba", -1, 1},
+                           {S + "a", -2, 1}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    pieces.push_back({name, 0, 6});
+  }
+  auto m = SentencePieceModel::parse(model_proto(pieces, 2, true, false), "b.model");
+  REQUIRE(m.ok());
+  // "▁aba": (a,b) and (b,a) tie at -1, above (▁,a) at -2: the leftmost, "ab", wins, and
+  // then no piece joins "▁" + "ab" or "ab" + "a".
+  CHECK(encode(*m, "aba") == V{S, "ab", "a"});
+  CHECK(encode(*m, "bab") == V{S, "ba", "b"});
+  // An unknown character falls back to its UTF-8 bytes.
+  CHECK(encode(*m, "aé") == V{S + "a", "<0xC3>", "<0xA9>"});
+  std::string text;
+  ModelScratch s;
+  std::vector<TokenId> ids;
+  m->encode("ab aé", ids, s);
+  REQUIRE(m->decode(ids.data(), ids.size(), text).ok());
+  CHECK(text == "ab aé");
+}
+
+TEST_CASE("SentencePiece: malformed model files give located errors", "[tok][spm][errors]") {
+  std::vector<P> pieces = {{"<unk>", 0, 2}, {"a", -1, 1}};
+  std::string good = model_proto(pieces, 1, false, true);
+  REQUIRE(SentencePieceModel::parse(good, "g.model").ok());
+  for (std::size_t cut : {std::size_t{3}, good.size() / 2, good.size() - 1}) {
+    auto e = SentencePieceModel::parse(std::string_view(good).substr(0, cut), "cut.model");
+    REQUIRE_FALSE(e.ok());
+    CHECK_THAT(e.error().message, Catch::Contains("cut.model"));
+  }
+  std::string lying = good;
+  lying[1] = static_cast<char>(0x7F);  // the first piece claims 127 bytes
+  auto e = SentencePieceModel::parse(lying, "lie.model");
+  REQUIRE_FALSE(e.ok());
+  CHECK_THAT(e.error().message, Catch::Contains("byte 2"));
+  auto none = SentencePieceModel::parse(model_proto({{"a", -1, 1}}, 1, false, true), "nounk.model");
+  REQUIRE_FALSE(none.ok());
+  CHECK_THAT(none.error().message, Catch::Contains("no unknown piece"));
+  auto fb = SentencePieceModel::parse(model_proto(pieces, 2, true, true), "fb.model");
+  REQUIRE_FALSE(fb.ok());
+  CHECK_THAT(fb.error().message, Catch::Contains("<0x00>"));
+}
