@@ -103,3 +103,40 @@ TEST_CASE("malformed tokenizer files give located errors", "[tok][errors]") {
   REQUIRE_FALSE(e6.ok());  // an added token's id sizes a table: no 16 GB from a lying file
   CHECK(e6.error().message.find("far beyond the vocabulary") != std::string::npos);
 }
+
+// HF's SentencePiece-style BPE: characters, byte fallback, unknown runs fused or not.
+TEST_CASE("SentencePiece-style tokenizer.json: byte fallback and fused unknowns", "[tok][metaspace]") {
+  auto make = [](bool byte_fallback, bool fuse) {
+    std::string j = std::string(R"({"added_tokens":[{"id":0,"content":"<unk>","special":true},{"id":1,"content":"<s>","special":true}],)") +
+                    R"("normalizer":{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"▁"},)" +
+                    R"({"type":"Replace","pattern":{"String":" "},"content":"▁"}]},"pre_tokenizer":null,)" +
+                    R"("post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},)" +
+                    R"({"Sequence":{"id":"A","type_id":0}}],"special_tokens":{"<s>":{"id":"<s>","ids":[1],"tokens":["<s>"]}}},)" +
+                    R"("decoder":null,"model":{"type":"BPE","unk_token":"<unk>","fuse_unk":)" + (fuse ? "true" : "false") +
+                    R"(,"byte_fallback":)" + (byte_fallback ? "true" : "false") +
+                    R"(,"vocab":{"<unk>":0,"<s>":1,"▁":2,"a":3,"b":4,"▁a":5,"ab":6,"<0xC3>":7,"<0xA9>":8},)" +
+                    R"("merges":["a b","▁ a"]}})";
+    auto t = load_tokenizer_json(j, "sp.json");
+    REQUIRE(t.ok());
+    return std::move(t).value();
+  };
+  auto ids = [](const Tokenizer& t, std::string_view s) {
+    Session sess(t);
+    std::vector<TokenId> out;
+    t.encode(s, out, sess);
+    return out;
+  };
+  auto fb = make(true, true);
+  CHECK(ids(*fb, "ab a") == std::vector<TokenId>{2, 6, 5});  // ▁ab: "a b" ranks before "▁ a"
+  CHECK(ids(*fb, "é") == std::vector<TokenId>{2, 7, 8});      // é has no token: its bytes
+  CHECK(ids(*fb, "<s>a") == std::vector<TokenId>{1, 5});       // specials matched; ▁ prepended after
+  CHECK(fb->template_prefix() == std::vector<TokenId>{1});
+  std::vector<TokenId> v = {2, 6, 2, 7, 8};
+  std::string back;
+  REQUIRE(fb->decode(v.data(), v.size(), back).ok());
+  CHECK(back == "ab é");
+  auto fused = make(false, true);
+  CHECK(ids(*fused, "axyzb") == std::vector<TokenId>{5, 0, 4});  // one <unk> for "xyz"
+  auto unfused = make(false, false);
+  CHECK(ids(*unfused, "axyzb") == std::vector<TokenId>{5, 0, 0, 0, 4});
+}

@@ -1,7 +1,10 @@
 #include "lmpipe/tok/bpe.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+
+#include "lmpipe/text/unicode.h"
 #include <functional>
 
 namespace lmp::tok {
@@ -108,8 +111,64 @@ Result<BpeModel> BpeModel::build_from_ranks(std::vector<std::string> tokens) {
   return m;
 }
 
+void BpeModel::set_char_level(TokenId unk_id, bool byte_fallback, bool fuse_unk) {
+  char_level_ = true;
+  unk_id_ = unk_id;
+  byte_fallback_ = byte_fallback;
+  fuse_unk_ = fuse_unk;
+  fallback_ids_.fill(-1);
+  char name[8];
+  for (int b = 0; b < 256; ++b) {
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    fallback_ids_[static_cast<std::size_t>(b)] = find(name);
+  }
+}
+
+// HF's BPE word symbols (models/bpe/model.rs merge_word), character by character.
+void BpeModel::symbolize_chars(std::string_view piece, BpeScratch& s) const {
+  s.sym.clear();
+  bool pending_unk = false;  // HF adds an unknown symbol only when the run ends
+  const auto* p = reinterpret_cast<const unsigned char*>(piece.data());
+  for (std::size_t i = 0; i < piece.size();) {
+    std::size_t n = text::decode_utf8(p, piece.size(), i).len;
+    std::string_view ch = piece.substr(i, n);
+    i += n;
+    TokenId id = find(ch);
+    if (id >= 0) {
+      if (pending_unk) s.sym.push_back(unk_id_);
+      pending_unk = false;
+      s.sym.push_back(id);
+      continue;
+    }
+    if (byte_fallback_) {
+      bool all = true;
+      for (char c : ch) all = all && fallback_ids_[static_cast<unsigned char>(c)] >= 0;
+      if (all) {  // (HF leaves a pending unknown symbol pending across these)
+        for (char c : ch) s.sym.push_back(fallback_ids_[static_cast<unsigned char>(c)]);
+        continue;
+      }
+    }
+    if (unk_id_ < 0) {
+      s.dropped_bytes += n;
+      continue;
+    }
+    if (pending_unk && !fuse_unk_) s.sym.push_back(unk_id_);
+    pending_unk = true;
+  }
+  if (pending_unk) s.sym.push_back(unk_id_);
+}
+
 void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
   if (piece.empty()) return;
+  if (char_level_) {
+    symbolize_chars(piece, s);
+    if (s.sym.size() >= 2) {
+      if (s.sym.size() <= 64) merge_linear(s);
+      else merge_heap(s);
+    }
+    out.insert(out.end(), s.sym.begin(), s.sym.end());
+    return;
+  }
   if (piece.size() == 1) {
     TokenId id = byte_ids_[static_cast<unsigned char>(piece[0])];
     if (id >= 0) out.push_back(id);

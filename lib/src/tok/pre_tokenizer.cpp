@@ -248,6 +248,34 @@ class BertPreTokenizer final : public PreTokenizer {
   }
 };
 
+// Words of SentencePiece-style text: a new piece starts at each ▁ (U+2581) that follows
+// another character. Not HF's Metaspace pre-tokenizer: used only where no token holds
+// ▁ after another character, so that BPE gives the same tokens word by word.
+class MetaspaceWords final : public PreTokenizer {
+ public:
+  void split(std::string_view s, std::vector<Range>& out) const override {
+    static constexpr std::string_view kMeta = "\xE2\x96\x81";
+    std::size_t start = 0, i = 0;
+    bool prev_other = false;
+    while (i < s.size()) {
+      if (s.compare(i, kMeta.size(), kMeta) == 0) {
+        if (prev_other && i > start) {
+          out.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(i)});
+          start = i;
+        }
+        prev_other = false;
+        i += kMeta.size();
+      } else {
+        prev_other = true;
+        ++i;
+      }
+    }
+    if (s.size() > start) out.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(s.size())});
+  }
+  std::string_view name() const override { return "metaspace-words"; }
+  std::string_view pattern() const override { return ""; }
+};
+
 class NoPreTokenizer final : public PreTokenizer {
  public:
   void split(std::string_view s, std::vector<Range>& out) const override {
@@ -401,6 +429,7 @@ Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name) 
   if (name == "whitespace") return std::unique_ptr<PreTokenizer>(new WhitespacePreTokenizer());
   if (name == "none") return std::unique_ptr<PreTokenizer>(new NoPreTokenizer());
   if (name == "bert") return std::unique_ptr<PreTokenizer>(new BertPreTokenizer());
+  if (name == "metaspace-words") return std::unique_ptr<PreTokenizer>(new MetaspaceWords());
   return make_error(Errc::invalid_argument,
                     "unknown pre-tokenizer '{}' (known: gpt2, cl100k, llama3, o200k, whitespace, bert, none)",
                     name);

@@ -43,6 +43,7 @@ Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vect
       norm_(spec.norm),
       bert_(spec.bert),
       prefix_space_(spec.prefix_space),
+      metaspace_(spec.metaspace),
       decoder_(spec.decoder),
       template_prefix_(std::move(spec.template_prefix)),
       template_suffix_(std::move(spec.template_suffix)),
@@ -75,7 +76,7 @@ std::string Tokenizer::token_string(TokenId id) const {
   if (const AddedToken* a = added_token(id)) return a->content;
   auto p = piece(id);
   if (!p) return "?";
-  return bpe_ ? bytes_to_byte_level(*p) : std::string(*p);
+  return bpe_ && !bpe_->char_level() ? bytes_to_byte_level(*p) : std::string(*p);
 }
 
 const AddedToken* Tokenizer::match_added(std::string_view text, std::size_t pos) const {
@@ -134,6 +135,14 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
   if (bert_) {
     text::bert_normalize(seg, *bert_, s.norm_);
     t = s.norm_;
+  } else if (metaspace_) {
+    static constexpr std::string_view kMeta = "\xE2\x96\x81";  // ▁
+    s.norm_.assign(kMeta);
+    for (char c : seg) {
+      if (c == ' ') s.norm_ += kMeta;
+      else s.norm_ += c;
+    }
+    t = s.norm_;
   } else if (norm_ != Normalization::none || (prefix_space_ && seg[0] != ' ')) {
     if (norm_ == Normalization::none) s.norm_.assign(seg);
     else s.norm_ = text::normalize(seg, norm_ == Normalization::nfc ? text::NormalForm::nfc
@@ -186,9 +195,54 @@ void wordpiece_cleanup(std::string& s) {
 }
 }  // namespace
 
+// HF's decoder chain of SentencePiece-style tokenizers: Replace ▁ → ' ', ByteFallback
+// (a run of <0xXX> tokens becomes its bytes when they are UTF-8, else one U+FFFD per
+// byte), Fuse, Strip one leading space.
+Status Tokenizer::decode_metaspace(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const {
+  std::size_t start = out.size();
+  std::string bytes;
+  auto flush = [&] {
+    if (bytes.empty()) return;
+    if (text::is_valid_utf8(bytes)) out += bytes;
+    else
+      for (std::size_t k = 0; k < bytes.size(); ++k) out += "\xEF\xBF\xBD";
+    bytes.clear();
+  };
+  for (std::size_t k = 0; k < n; ++k) {
+    TokenId id = ids[k];
+    std::string_view text;
+    if (const AddedToken* a = added_token(id)) {
+      if (skip_special && a->special) continue;
+      text = a->content;
+    } else {
+      text = model_->token_text(id);
+      if (text.empty())
+        return make_error(Errc::out_of_range, "token id {} is not in the vocabulary (size {})", id, vocab_size());
+    }
+    auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F'); };
+    if (text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>' && hex(text[3]) && hex(text[4])) {
+      bytes += static_cast<char>(std::stoi(std::string(text.substr(3, 2)), nullptr, 16));
+      continue;
+    }
+    flush();
+    for (std::size_t i = 0; i < text.size();) {
+      if (text.compare(i, 3, "\xE2\x96\x81") == 0) {
+        out += ' ';
+        i += 3;
+      } else {
+        out += text[i++];
+      }
+    }
+  }
+  flush();
+  if (out.size() > start && out[start] == ' ') out.erase(start, 1);
+  return {};
+}
+
 Status Tokenizer::decode(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const {
   if (decoder_ == Decoder::sentencepiece && model_->type() == ModelType::sentencepiece)
     return static_cast<const SentencePieceModel&>(*model_).decode(ids, n, out);
+  if (decoder_ == Decoder::metaspace) return decode_metaspace(ids, n, out, skip_special);
   std::string_view prefix;
   if (decoder_ == Decoder::wordpiece && model_->type() == ModelType::wordpiece)
     prefix = static_cast<const WordPieceModel&>(*model_).options().prefix;

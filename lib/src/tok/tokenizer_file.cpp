@@ -237,6 +237,97 @@ Error locate_merge_error(Error e, std::size_t n_merges, Where&& where) {
 }
 
 Result<std::unique_ptr<Tokenizer>> load_wordpiece_json(json::Value root, const std::string& name);
+Status parse_template(json::Value pp, TokenizerSpec& spec);
+
+constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // ▁
+
+// HF's SentencePiece-style BPE (Mistral, converted Llama 2): byte fallback, or the
+// Prepend "▁" + Replace " " → "▁" normalizer.
+bool is_metaspace_bpe(json::Value root) {
+  json::Value model = root.get("model");
+  if (model.get("byte_fallback").is_bool() && model.get("byte_fallback").boolean()) return true;
+  json::Value norm = root.get("normalizer");
+  json::Value list = norm.get("normalizers");
+  for (std::size_t i = 0; i < list.size(); ++i)
+    if (list[i].get("type").str() == "Prepend" && list[i].get("prepend").str() == kMetaspace) return true;
+  return false;
+}
+
+Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(json::Value root, const std::string& name) {
+  json::Value model = root.get("model");
+  // The normalizer must be the metaspace one (anything else would silently differ).
+  json::Value norm = root.get("normalizer");
+  bool prepend = false, replace = false;
+  json::Value list = norm.get("type").str() == "Sequence" ? norm.get("normalizers") : json::Value();
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    json::Value n = list[i];
+    std::string_view t = n.get("type").str();
+    if (t == "Prepend" && n.get("prepend").str() == kMetaspace) prepend = true;
+    else if (t == "Replace" && n.get("pattern").get("String").str() == " " && n.get("content").str() == kMetaspace) replace = true;
+    else return make_error(Errc::unsupported, "{}: normalizer '{}' is not supported in a SentencePiece-style BPE", n.where(), t);
+  }
+  if (!prepend || !replace)
+    return make_error(Errc::unsupported,
+                      "{}: a SentencePiece-style BPE needs the normalizers Prepend \"▁\" and Replace \" \" → \"▁\" "
+                      "(a Metaspace pre-tokenizer is not supported yet)",
+                      norm.valid() ? norm.where() : name);
+  if (!root.get("pre_tokenizer").is_null())
+    return make_error(Errc::unsupported, "{}: a pre-tokenizer in a SentencePiece-style BPE is not supported",
+                      root.get("pre_tokenizer").where());
+  json::Value vocab = model.get("vocab");
+  if (!vocab.is_object()) return make_error(Errc::parse, "{}: model.vocab must be an object", model.where());
+  Vocab v;
+  LMP_TRY(parse_vocab(vocab, v, [](TokenId, std::string_view) { return false; }, /*byte_level=*/false));
+  LMP_ASSIGN(auto added, parse_added(root.get("added_tokens")));
+  LMP_TRY(check_added_ids(added, v.tokens.size(), root.get("added_tokens").where()));
+  json::Value merges = model.get("merges");
+  std::vector<std::pair<TokenId, TokenId>> pairs;
+  if (!merges.is_array()) return make_error(Errc::parse, "{}: model.merges must be an array", model.where());
+  pairs.reserve(merges.size());
+  for (std::size_t r = 0; r < merges.size(); ++r) {
+    json::Value m = merges[r];
+    std::optional<std::pair<std::string_view, std::string_view>> ab;
+    if (m.is_string()) ab = split_merge(m.str());
+    else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) ab = std::pair{m[0].str(), m[1].str()};
+    if (!ab) return make_error(Errc::parse, "{}: merge {} must be \"a b\" or [\"a\", \"b\"]", m.where(), r + 1);
+    LMP_ASSIGN(auto pair, resolve_merge(v.text_ids, ab->first, ab->second, [&] { return m.where(); }, r + 1));
+    pairs.push_back(pair);
+  }
+  TokenId unk = -1;
+  if (model.get("unk_token").is_string()) {
+    unk = v.text_ids.find(model.get("unk_token").str());
+    if (unk < 0)
+      return make_error(Errc::parse, "{}: unk_token '{}' is not in the vocabulary", model.where(), model.get("unk_token").str());
+  }
+  std::size_t n_merges = pairs.size();
+  auto built = BpeModel::build(std::move(v.tokens), std::move(pairs), false);
+  if (!built.ok())
+    return locate_merge_error(std::move(built).error(), n_merges, [&](std::size_t i) { return merges[i].where(); });
+  auto bpe = std::make_unique<BpeModel>(std::move(built).value());
+  auto flag = [&](const char* k) { return model.get(k).is_bool() && model.get(k).boolean(); };
+  bpe->set_char_level(unk, flag("byte_fallback"), flag("fuse_unk"));
+  TokenizerSpec spec;
+  spec.metaspace = true;
+  // HF has no pre-tokenizer here: a line is one word. When no token holds ▁ after
+  // another character, no merge crosses the start of a word, and encoding word by word
+  // (through the piece cache) gives the same tokens.
+  bool words_independent = true;
+  for (std::size_t id = 0; id < bpe->vocab_size() && words_independent; ++id) {
+    std::string_view t = bpe->token_text(static_cast<TokenId>(id));
+    for (std::size_t k = t.find(kMetaspace, 1); k != std::string_view::npos; k = t.find(kMetaspace, k + 1))
+      if (k < kMetaspace.size() || t.compare(k - kMetaspace.size(), kMetaspace.size(), kMetaspace) != 0) {
+        words_independent = false;
+        break;
+      }
+  }
+  if (words_independent) {
+    LMP_ASSIGN(spec.pre, make_pre_tokenizer("metaspace-words"));
+  }
+  spec.decoder = Decoder::metaspace;
+  LMP_TRY(parse_template(root.get("post_processor"), spec));
+  TokenizerInfo info{name, "tokenizer.json", "none"};
+  return std::make_unique<Tokenizer>(std::move(bpe), std::move(spec), std::move(added), std::move(info));
+}
 
 }  // namespace
 
@@ -249,6 +340,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const s
   std::string_view type = model.get("type").str();
   if (type.empty() && model.get("merges").valid()) type = "BPE";
   if (type == "WordPiece") return load_wordpiece_json(root, name);
+  if (type == "BPE" && is_metaspace_bpe(root)) return load_metaspace_bpe_json(root, name);
   if (type != "BPE")
     return make_error(Errc::unsupported, "{}: model type '{}' is not supported (byte-level BPE and WordPiece are)",
                       model.where(), type);

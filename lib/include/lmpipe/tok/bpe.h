@@ -39,6 +39,14 @@ class BpeModel final : public Model {
   static Result<BpeModel> build(std::vector<std::string> tokens,
                                 std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges);
   static Result<BpeModel> build_from_ranks(std::vector<std::string> tokens);
+  // SentencePiece-style BPE in HF's form (Mistral, Llama 2 converted): the symbols are
+  // characters, not bytes; a character not in the vocabulary becomes its <0xXX> byte
+  // tokens (byte_fallback) or the unknown token (runs fused into one with fuse_unk).
+  void set_char_level(TokenId unk_id, bool byte_fallback, bool fuse_unk);
+  bool char_level() const { return char_level_; }
+  bool byte_fallback() const { return byte_fallback_; }
+  bool fuse_unk() const { return fuse_unk_; }
+  TokenId unk_id() const { return unk_id_; }
 
   // Append the ids of one pre-token piece to `out`.
   void encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
@@ -88,6 +96,10 @@ class BpeModel final : public Model {
   std::size_t max_token_bytes_ = 0;                       // longest token
   bool ignore_merges_ = false;
   bool from_ranks_ = false;
+  bool char_level_ = false, byte_fallback_ = false, fuse_unk_ = false;
+  TokenId unk_id_ = -1;
+  std::array<TokenId, 256> fallback_ids_{};               // <0xXX> tokens
+  void symbolize_chars(std::string_view piece, BpeScratch& s) const;
 };
 
 }  // namespace lmp::tok

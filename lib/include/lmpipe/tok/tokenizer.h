@@ -38,6 +38,7 @@ enum class Decoder {
   byte_level,  // concatenate the tokens' bytes (exact inverse)
   wordpiece,   // HF's WordPiece decoder: words joined by spaces, "##" glued, cleanup
   sentencepiece,  // spm: ▁ → space, <0xXX> → bytes, control tokens dropped, dummy prefix removed
+  metaspace,      // HF's SentencePiece-style chain: ▁ → space, ByteFallback, Fuse, Strip one leading space
 };
 
 // Everything of a tokenizer but its model and added tokens.
@@ -46,6 +47,9 @@ struct TokenizerSpec {
   Normalization norm = Normalization::none;
   std::optional<text::BertNormalization> bert;  // HF's BertNormalizer (instead of `norm`)
   bool prefix_space = false;
+  // HF's SentencePiece-style normalizer (Prepend "▁", Replace " " → "▁"): every
+  // non-empty segment gets a leading ▁ and its spaces become ▁.
+  bool metaspace = false;
   Decoder decoder = Decoder::byte_level;
   // Added around every sequence by --add-special (HF's TemplateProcessing "single").
   std::vector<TokenId> template_prefix, template_suffix;
@@ -124,9 +128,11 @@ class Tokenizer {
   const TokenizerInfo& info() const { return info_; }
   Normalization normalization() const { return norm_; }
   bool prefix_space() const { return prefix_space_; }
+  bool metaspace() const { return metaspace_; }
 
  private:
   void encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s) const;
+  Status decode_metaspace(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const;
   void encode_piece(std::string_view piece, std::vector<TokenId>& out, Session& s) const;
   const AddedToken* match_added(std::string_view text, std::size_t pos) const;
 
@@ -136,6 +142,7 @@ class Tokenizer {
   Normalization norm_ = Normalization::none;
   std::optional<text::BertNormalization> bert_;
   bool prefix_space_ = false;
+  bool metaspace_ = false;
   Decoder decoder_ = Decoder::byte_level;
   std::vector<TokenId> template_prefix_, template_suffix_;
   std::vector<AddedToken> added_;        // sorted by content length, longest first
