@@ -6,6 +6,7 @@
 
 #include "common/cli.h"
 #include "lmpipe/tok/bpe_trainer.h"
+#include "lmpipe/tok/sp_trainer.h"
 #include "lmpipe/tok/wordpiece_trainer.h"
 
 namespace {
@@ -14,7 +15,8 @@ using namespace lmp;
 
 struct Options {
   std::string model = "bpe", output, format = "hf", pre_tokenizer = "gpt2", initial_alphabet, algo = "likelihood";
-  bool cased = false;
+  bool cased = false, split_digits = false, no_byte_fallback = false;
+  double character_coverage = 0.9995;
   std::vector<std::string> files, special_tokens;
   std::size_t vocab_size = 30000, limit_alphabet = 0, max_token_length = 0;
   std::uint64_t min_frequency = 0;
@@ -122,6 +124,54 @@ void report(const Options& o, const tok::TrainReport& rep, std::size_t vocab,
   cli::note(fmt::format("time {:.2f} s, peak memory {}", secs, cli::human_bytes(static_cast<double>(cli::peak_rss_bytes()))));
 }
 
+// -m sp-bpe: count the words of normalized lines, train, write the .model.
+Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
+  tok::WordCountMap counts;
+  std::string chunk, norm;
+  std::uint64_t bytes = 0, lines = 0;
+  for (const auto& file : o.files) {
+    LMP_ASSIGN(auto reader, io::ChunkReader::open(file));
+    cli::Progress progress("counting " + reader->name());
+    for (;;) {
+      LMP_ASSIGN(bool more, reader->next(chunk, std::size_t{8} << 20));
+      if (!more) break;
+      bytes += chunk.size();
+      for (std::size_t pos = 0; pos < chunk.size();) {
+        std::size_t nl = chunk.find('\n', pos);
+        std::size_t end = nl == std::string::npos ? chunk.size() : nl + 1;
+        tok::sp_normalize_line(std::string_view(chunk).substr(pos, end - pos), norm);
+        tok::sp_count_words(norm, o.split_digits, counts);
+        ++lines;
+        pos = end;
+      }
+      if (reader->size_hint())
+        progress.update(static_cast<double>(reader->bytes_read()) / static_cast<double>(reader->size_hint()));
+    }
+  }
+  cli::note(fmt::format("read {} in {} lines: {} distinct words", cli::human_bytes(static_cast<double>(bytes)),
+                        cli::with_commas(lines), cli::with_commas(counts.size())));
+  tok::SpBpeTrainerConfig cfg;
+  cfg.vocab_size = o.vocab_size;
+  cfg.min_frequency = o.min_frequency;
+  cfg.character_coverage = o.character_coverage;
+  cfg.byte_fallback = !o.no_byte_fallback;
+  cfg.split_digits = o.split_digits;
+  if (o.max_token_length) cfg.max_piece_chars = o.max_token_length;
+  tok::SpTrainReport rep;
+  cli::Progress progress("merging");
+  LMP_ASSIGN(std::string model, tok::train_sp_bpe(counts, cfg, rep, [&](std::size_t done, std::size_t most) {
+               progress.update(most ? static_cast<double>(done) / static_cast<double>(most) : 1.0,
+                               cli::with_commas(done) + " merges");
+             }));
+  progress.done();
+  LMP_TRY(io::write_file_atomic(o.output, model));
+  cli::note(fmt::format("characters: {} kept of {}, covering {:.4f}% of the text{}", rep.chars_kept,
+                        rep.chars_total_distinct, 100.0 * rep.coverage,
+                        cfg.byte_fallback ? " (the others encode as bytes)" : " (the others encode as <unk>)"));
+  report(o, rep, rep.vocab, t0);
+  return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,8 +181,15 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", o.output,
                  "tokenizer.json to write (atomically); '-' for standard output; WordPiece: a name ending in .txt "
                  "writes a BERT vocab.txt (required)");
-  app.add_option("-m,--model", o.model, "model to train: bpe (byte-level BPE), wordpiece (BERT)")
-      ->check(CLI::IsMember({"bpe", "wordpiece"}));
+  app.add_option("-m,--model", o.model,
+                 "model to train: bpe (byte-level BPE), wordpiece (BERT), sp-bpe (SentencePiece BPE, as Llama 2)")
+      ->check(CLI::IsMember({"bpe", "wordpiece", "sp-bpe"}));
+  app.add_option("--character-coverage", o.character_coverage,
+                 "sp-bpe: keep the most frequent characters covering this share of the text (0.9995)")
+      ->check(CLI::Range(0.5, 1.0));
+  app.add_flag("--split-digits", o.split_digits, "sp-bpe: every digit a piece of its own");
+  app.add_flag("--no-byte-fallback", o.no_byte_fallback,
+               "sp-bpe: no <0xXX> pieces; characters not kept become <unk>");
   app.add_option("--algo", o.algo,
                  "WordPiece merge rule: likelihood (count(ab)/(count(a)count(b)), default) or hf (by count, "
                  "as HF's WordPieceTrainer)")
@@ -189,6 +246,17 @@ int main(int argc, char** argv) {
     if (o.output.empty()) throw cli::UsageError("--output is required");
     if (o.files.empty()) o.files.push_back("-");
     if (o.threads == 0) o.threads = default_threads();
+    bool sp = o.model == "sp-bpe";
+    if (sp) {
+      if (count->parsed()) throw cli::UsageError("count files are for -m bpe and -m wordpiece");
+      if (app.count("--pre-tokenizer")) throw cli::UsageError("sp-bpe has no pre-tokenizer; --pre-tokenizer is for -m bpe");
+      if (!o.special_tokens.empty()) throw cli::UsageError("sp-bpe has <unk>, <s> and </s>; -S is for -m bpe and wordpiece");
+      if (o.output.size() < 7 || o.output.substr(o.output.size() - 6) != ".model")
+        throw cli::UsageError("sp-bpe writes a SentencePiece model: name the output *.model");
+      return train_sp(o, t0);
+    }
+    if (app.count("--character-coverage") || o.split_digits || o.no_byte_fallback)
+      throw cli::UsageError("--character-coverage, --split-digits and --no-byte-fallback are for -m sp-bpe");
     if (wordpiece(o)) {
       if (app.count("--pre-tokenizer") || count->count("--pre-tokenizer"))
         throw cli::UsageError("WordPiece uses the BERT split; --pre-tokenizer is for -m bpe");

@@ -2,7 +2,8 @@
 # tok-encode gives exactly spm_encode's ids for SentencePiece .model files: the Llama-2
 # model (BPE, byte fallback, identity normalization) on English and Chinese, and
 # unigram and BPE models trained by spm_train (nmt_nfkc charsmap) on English; with
-# Debian's spm_encode at hand, also on Chinese, and --decode against spm_decode.
+# Debian's spm_encode at hand, also on Chinese, --decode against spm_decode, and on a
+# model trained by tok-train -m sp-bpe.
 . "$(dirname "$0")/common.inc"
 require_data
 encode_check "llama2 .model en" "$data/golden/spm/llama2_spm_en_1M.ids" "$data/slices/en_1M.txt" \
@@ -22,6 +23,14 @@ if command -v spm_encode >/dev/null; then
     spm_decode --model="$model" --input_format=id <"$work/spm.ids" >"$work/spm.txt"
     "$bin/tok-encode" -t "$model" --decode "$work/spm.ids" >"$work/ours.txt" || fail=1
     check "$mname zh --decode (spm_decode)" "$work/spm.txt" "$work/ours.txt"
+  done
+  # A model trained by tok-train -m sp-bpe: spm_encode loads it and agrees.
+  "$bin/tok-train" -q -m sp-bpe --vocab-size 8000 -o "$work/ours.model" "$data/slices/en_1M.txt" "$data/slices/zh_1M.txt" ||
+    fail=1
+  for lang in en zh; do
+    spm_encode --model="$work/ours.model" --output_format=id <"$data/slices/${lang}_1M.txt" >"$work/spm.ids"
+    encode_check "tok-train sp-bpe .model $lang (spm_encode)" "$work/spm.ids" "$data/slices/${lang}_1M.txt" \
+      -t "$work/ours.model"
   done
 else
   echo "note: spm_encode not found (Debian package sentencepiece): live comparisons not run"

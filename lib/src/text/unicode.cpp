@@ -290,3 +290,16 @@ void bert_normalize(std::string_view s, const BertNormalization& o, std::string&
 }
 
 }  // namespace lmp::text
+
+namespace lmp::text {
+
+int script_of(std::uint32_t cp) {
+  if (cp >= kInvalidBase) return -1;
+  UErrorCode st = U_ZERO_ERROR;
+  UScriptCode s = uscript_getScript(static_cast<UChar32>(cp), &st);
+  if (U_FAILURE(st)) return -1;
+  if (s == USCRIPT_HIRAGANA || s == USCRIPT_KATAKANA || cp == 0x30FC) s = USCRIPT_HAN;
+  return static_cast<int>(s);
+}
+
+}  // namespace lmp::text

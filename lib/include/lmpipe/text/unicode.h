@@ -73,6 +73,10 @@ std::string normalize(std::string_view s, NormalForm form);
 // char::to_lowercase: 'İ' → "i̇", final sigma not applied), appended to `out`.
 void append_lower(std::string& out, std::uint32_t cp);
 
+// The Unicode script of a code point (ICU's UScriptCode), with Hiragana, Katakana and
+// the prolonged sound mark folded into Han, as SentencePiece counts scripts.
+int script_of(std::uint32_t cp);
+
 // CJK ideographs as BERT counts them (HF's is_chinese_char ranges).
 bool is_cjk_ideograph(std::uint32_t cp);
 

@@ -1,0 +1,55 @@
+// SentencePiece-style BPE training (`tok-train -m sp-bpe`): BPE over the characters of
+// raw text, as Llama 2's tokenizer was trained.
+//
+// Text is normalized as the model will normalize it — identity, as Llama 2's (writing an
+// NFKC character map into the model is not done yet) —, spaces become ▁ and each line
+// gets a dummy ▁ prefix; no pre-tokenization, but pieces
+// respect SentencePiece's boundaries: ▁ only at the start of a piece (a word boundary),
+// one Unicode script per piece (Hiragana and Katakana count as Han), digits apart from
+// other characters (each digit alone with split_digits), at most 16 characters.
+// Characters are kept by frequency up to `character_coverage` of all characters; the
+// rest are unknown (their UTF-8 bytes with byte fallback). Merges go by pair count, ties
+// to the smaller pair of ids (SentencePiece's own trainer approximates: it only
+// considers the most frequent 5% of symbols); piece k gets the score -k, then the
+// characters follow with lower scores.
+//
+// The result is a SentencePiece ModelProto that Debian's spm_encode loads and encodes
+// exactly as tok-encode does.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lmpipe/tok/bpe_trainer.h"
+
+namespace lmp::tok {
+
+struct SpBpeTrainerConfig {
+  std::size_t vocab_size = 32000;
+  std::uint64_t min_frequency = 0;       // no pair occurring fewer times is merged
+  double character_coverage = 0.9995;
+  bool byte_fallback = true;
+  bool split_digits = false;
+  std::size_t max_piece_chars = 16;
+  std::vector<std::string> user_defined;  // pieces kept whole, after the byte pieces
+};
+
+struct SpTrainReport : TrainReport {
+  std::size_t chars_total_distinct = 0;
+  std::size_t chars_kept = 0;
+  double coverage = 0;  // share of character occurrences covered by the kept characters
+};
+
+// Normalize one line as the trained model will (▁ escaping, dummy prefix).
+void sp_normalize_line(std::string_view line, std::string& out);
+
+// Count the words of normalized lines (split at ▁ after another character, then at
+// script and digit boundaries), for training.
+void sp_count_words(std::string_view normalized, bool split_digits, WordCountMap& counts);
+
+// Train; returns the serialized ModelProto (.model bytes).
+Result<std::string> train_sp_bpe(const WordCountMap& counts, const SpBpeTrainerConfig& cfg, SpTrainReport& report,
+                                 const TrainProgress& progress = {});
+
+}  // namespace lmp::tok
