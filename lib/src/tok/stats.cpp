@@ -102,6 +102,9 @@ std::string_view trim(std::string_view w) {
 std::string split_pieces(const Tokenizer& t, std::string_view w) {
   Session s(t);
   std::vector<TokenId> ids;
+  // SentencePiece puts its own ▁ in front: the word's leading space would double it.
+  if (t.model().type() == ModelType::sentencepiece)
+    while (!w.empty() && w.front() == ' ') w.remove_prefix(1);
   t.encode(w, ids, s, false);
   std::string o;
   for (TokenId id : ids) {

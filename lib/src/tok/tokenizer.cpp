@@ -100,6 +100,7 @@ const AddedToken* Tokenizer::match_added(std::string_view text, std::size_t pos)
 
 void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Session& s,
                        bool parse_special) const {
+  if (s.pieces) s.words_.clear();
   if (!parse_special || added_.empty()) {
     encode_segment(text, out, s);
     return;
@@ -157,7 +158,42 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
     std::string_view piece = t.substr(r.begin, r.end - r.begin);
     std::size_t before = out.size();
     encode_piece(piece, out, s);
-    if (s.pieces) s.pieces->push_back({piece, static_cast<std::uint32_t>(out.size() - before)});
+    if (!s.pieces) continue;
+    if (pre_ || model_->type() != ModelType::sentencepiece) {
+      s.pieces->push_back({piece, static_cast<std::uint32_t>(out.size() - before)});
+      continue;
+    }
+    // SentencePiece has no words of its own: for statistics, a word starts at each
+    // token that starts with ▁ (its text, ▁ shown as a space, is kept in the Session).
+    static constexpr std::string_view kMeta = "\xE2\x96\x81";
+    std::uint32_t n = 0;
+    std::string* w = nullptr;
+    auto flush = [&] {
+      if (w && n) s.pieces->push_back({*w, n});
+      n = 0;
+    };
+    for (std::size_t k = before; k < out.size(); ++k) {
+      std::string_view tt = model_->token_text(out[k]);
+      if (!w || tt.substr(0, kMeta.size()) == kMeta) {
+        flush();
+        w = &s.words_.emplace_back();
+      }
+      if (tt.size() == 6 && tt.compare(0, 3, "<0x") == 0 && tt[5] == '>') {  // a byte-fallback token
+        *w += static_cast<char>(std::stoi(std::string(tt.substr(3, 2)), nullptr, 16));
+        ++n;
+        continue;
+      }
+      for (std::size_t i = 0; i < tt.size();) {
+        if (tt.compare(i, kMeta.size(), kMeta) == 0) {
+          *w += ' ';
+          i += kMeta.size();
+        } else {
+          *w += tt[i++];
+        }
+      }
+      ++n;
+    }
+    flush();
   }
 }
 

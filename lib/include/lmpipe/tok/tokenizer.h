@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -80,6 +81,7 @@ class Session {
 
  private:
   friend class Tokenizer;
+  std::deque<std::string> words_;  // SentencePiece: word texts behind `pieces` records
   struct CacheEntry {
     std::string key;
     std::vector<TokenId> ids;
