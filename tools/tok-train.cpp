@@ -118,9 +118,10 @@ void report(const Options& o, const tok::TrainReport& rep, std::size_t vocab,
                           "possible; raise --vocab-size or set --limit-alphabet",
                           rep.alphabet, wordpiece(o) ? "characters" : "bytes", o.vocab_size));
   cli::note(fmt::format("stopped: {}", why));
-  cli::note(fmt::format("alphabet {}{}, merges {}, vocabulary {}", rep.alphabet,
+  cli::note(fmt::format("alphabet {}{}, {} {}, vocabulary {}", rep.alphabet,
                         rep.alphabet_dropped ? fmt::format(" ({} dropped by --limit-alphabet)", rep.alphabet_dropped) : "",
-                        cli::with_commas(rep.merges), cli::with_commas(vocab)));
+                        o.model == "unigram" ? "EM and pruning rounds" : "merges", cli::with_commas(rep.merges),
+                        cli::with_commas(vocab)));
   cli::note(fmt::format("time {:.2f} s, peak memory {}", secs, cli::human_bytes(static_cast<double>(cli::peak_rss_bytes()))));
 }
 
@@ -150,19 +151,27 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
   }
   cli::note(fmt::format("read {} in {} lines: {} distinct words", cli::human_bytes(static_cast<double>(bytes)),
                         cli::with_commas(lines), cli::with_commas(counts.size())));
-  tok::SpBpeTrainerConfig cfg;
+  tok::UnigramTrainerConfig cfg;
   cfg.vocab_size = o.vocab_size;
   cfg.min_frequency = o.min_frequency;
   cfg.character_coverage = o.character_coverage;
   cfg.byte_fallback = !o.no_byte_fallback;
   cfg.split_digits = o.split_digits;
   if (o.max_token_length) cfg.max_piece_chars = o.max_token_length;
+  cfg.threads = o.threads;
   tok::SpTrainReport rep;
   cli::Progress progress("merging");
-  LMP_ASSIGN(std::string model, tok::train_sp_bpe(counts, cfg, rep, [&](std::size_t done, std::size_t most) {
-               progress.update(most ? static_cast<double>(done) / static_cast<double>(most) : 1.0,
-                               cli::with_commas(done) + " merges");
-             }));
+  std::string model;
+  if (o.model == "unigram") {
+    LMP_ASSIGN(model, tok::train_sp_unigram(counts, cfg, rep, [&](std::size_t round, std::size_t) {
+                 progress.update(0.0, fmt::format("EM and pruning, round {}", round));
+               }));
+  } else {
+    LMP_ASSIGN(model, tok::train_sp_bpe(counts, cfg, rep, [&](std::size_t done, std::size_t most) {
+                 progress.update(most ? static_cast<double>(done) / static_cast<double>(most) : 1.0,
+                                 cli::with_commas(done) + " merges");
+               }));
+  }
   progress.done();
   LMP_TRY(io::write_file_atomic(o.output, model));
   cli::note(fmt::format("characters: {} kept of {}, covering {:.4f}% of the text{}", rep.chars_kept,
@@ -182,8 +191,9 @@ int main(int argc, char** argv) {
                  "tokenizer.json to write (atomically); '-' for standard output; WordPiece: a name ending in .txt "
                  "writes a BERT vocab.txt (required)");
   app.add_option("-m,--model", o.model,
-                 "model to train: bpe (byte-level BPE), wordpiece (BERT), sp-bpe (SentencePiece BPE, as Llama 2)")
-      ->check(CLI::IsMember({"bpe", "wordpiece", "sp-bpe"}));
+                 "model to train: bpe (byte-level BPE), wordpiece (BERT), sp-bpe (SentencePiece BPE, as Llama 2), "
+                 "unigram (SentencePiece unigram)")
+      ->check(CLI::IsMember({"bpe", "wordpiece", "sp-bpe", "unigram"}));
   app.add_option("--character-coverage", o.character_coverage,
                  "sp-bpe: keep the most frequent characters covering this share of the text (0.9995)")
       ->check(CLI::Range(0.5, 1.0));
@@ -246,17 +256,17 @@ int main(int argc, char** argv) {
     if (o.output.empty()) throw cli::UsageError("--output is required");
     if (o.files.empty()) o.files.push_back("-");
     if (o.threads == 0) o.threads = default_threads();
-    bool sp = o.model == "sp-bpe";
+    bool sp = o.model == "sp-bpe" || o.model == "unigram";
     if (sp) {
       if (count->parsed()) throw cli::UsageError("count files are for -m bpe and -m wordpiece");
-      if (app.count("--pre-tokenizer")) throw cli::UsageError("sp-bpe has no pre-tokenizer; --pre-tokenizer is for -m bpe");
-      if (!o.special_tokens.empty()) throw cli::UsageError("sp-bpe has <unk>, <s> and </s>; -S is for -m bpe and wordpiece");
+      if (app.count("--pre-tokenizer")) throw cli::UsageError(o.model + " has no pre-tokenizer; --pre-tokenizer is for -m bpe");
+      if (!o.special_tokens.empty()) throw cli::UsageError(o.model + " has <unk>, <s> and </s>; -S is for -m bpe and wordpiece");
       if (o.output.size() < 7 || o.output.substr(o.output.size() - 6) != ".model")
-        throw cli::UsageError("sp-bpe writes a SentencePiece model: name the output *.model");
+        throw cli::UsageError(o.model + " writes a SentencePiece model: name the output *.model");
       return train_sp(o, t0);
     }
     if (app.count("--character-coverage") || o.split_digits || o.no_byte_fallback)
-      throw cli::UsageError("--character-coverage, --split-digits and --no-byte-fallback are for -m sp-bpe");
+      throw cli::UsageError("--character-coverage, --split-digits and --no-byte-fallback are for -m sp-bpe and unigram");
     if (wordpiece(o)) {
       if (app.count("--pre-tokenizer") || count->count("--pre-tokenizer"))
         throw cli::UsageError("WordPiece uses the BERT split; --pre-tokenizer is for -m bpe");

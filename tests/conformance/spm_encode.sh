@@ -27,10 +27,14 @@ if command -v spm_encode >/dev/null; then
   # A model trained by tok-train -m sp-bpe: spm_encode loads it and agrees.
   "$bin/tok-train" -q -m sp-bpe --vocab-size 8000 -o "$work/ours.model" "$data/slices/en_1M.txt" "$data/slices/zh_1M.txt" ||
     fail=1
+  "$bin/tok-train" -q -m unigram --vocab-size 8000 -o "$work/uni.model" "$data/slices/en_1M.txt" "$data/slices/zh_1M.txt" ||
+    fail=1
   for lang in en zh; do
-    spm_encode --model="$work/ours.model" --output_format=id <"$data/slices/${lang}_1M.txt" >"$work/spm.ids"
-    encode_check "tok-train sp-bpe .model $lang (spm_encode)" "$work/spm.ids" "$data/slices/${lang}_1M.txt" \
-      -t "$work/ours.model"
+    for m in ours uni; do
+      spm_encode --model="$work/$m.model" --output_format=id <"$data/slices/${lang}_1M.txt" >"$work/spm.ids"
+      encode_check "tok-train $m .model $lang (spm_encode)" "$work/spm.ids" "$data/slices/${lang}_1M.txt" \
+        -t "$work/$m.model"
+    done
   done
 else
   echo "note: spm_encode not found (Debian package sentencepiece): live comparisons not run"

@@ -1,10 +1,16 @@
 #include "lmpipe/tok/sp_trainer.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstring>
 #include <limits>
+#include <unordered_set>
 
 #include "lmpipe/text/unicode.h"
+#include "lmpipe/core/double_array.h"
+#include "lmpipe/core/parallel.h"
+#include "lmpipe/core/string_map.h"
 #include "merge_core.h"
 
 namespace lmp::tok {
@@ -44,7 +50,7 @@ struct Piece {
   int type;  // SentencePiece's: 1 normal, 2 unknown, 3 control, 4 user-defined, 6 byte
 };
 
-std::string model_proto(const std::vector<Piece>& pieces, const SpBpeTrainerConfig& cfg) {
+std::string model_proto(const std::vector<Piece>& pieces, const SpBpeTrainerConfig& cfg, int model_type = 2) {
   std::string o;
   for (const auto& p : pieces) {
     std::string m;
@@ -54,7 +60,7 @@ std::string model_proto(const std::vector<Piece>& pieces, const SpBpeTrainerConf
     put_bytes(o, 1, m);
   }
   std::string t;  // TrainerSpec: what spm_encode needs, and what it was trained with
-  put_varint_field(t, 3, 2);  // model_type BPE
+  put_varint_field(t, 3, static_cast<std::uint64_t>(model_type));  // 1 unigram, 2 BPE
   put_varint_field(t, 4, pieces.size());
   put_float(t, 10, static_cast<float>(cfg.character_coverage));
   put_varint_field(t, 20, cfg.max_piece_chars);
@@ -260,6 +266,468 @@ Result<std::string> train_sp_bpe(const WordCountMap& counts, const SpBpeTrainerC
     if (seen.emplace(p.text, unique.size()).second) unique.push_back(std::move(p));
   report.vocab = unique.size();
   return model_proto(unique, cfg);
+}
+
+}  // namespace lmp::tok
+
+// ---- Unigram ---------------------------------------------------------------------------
+
+namespace lmp::tok {
+
+namespace {
+
+double digamma(double x) {
+  double r = 0;
+  while (x < 7) {
+    r -= 1 / x;
+    x += 1;
+  }
+  x -= 0.5;
+  double xx = 1 / x, xx2 = xx * xx, xx4 = xx2 * xx2;
+  r += std::log(x) + (1.0 / 24) * xx2 - (7.0 / 960) * xx4 + (31.0 / 8064) * xx4 * xx2 - (127.0 / 30720) * xx4 * xx4;
+  return r;
+}
+
+double log_add(double a, double b) {
+  if (a < b) std::swap(a, b);
+  if (b == -std::numeric_limits<double>::infinity()) return a;
+  return a + std::log1p(std::exp(b - a));
+}
+
+struct UWord {
+  std::string text;
+  double count;
+};
+
+// The current vocabulary of the EM: pieces with log-probabilities, and a trie over them.
+struct UModel {
+  std::vector<std::string> pieces;
+  std::vector<double> score;
+  std::vector<bool> required;  // characters: never dropped
+  DoubleArray trie;
+  void rebuild() {
+    std::vector<std::pair<std::string_view, std::int32_t>> keys;
+    keys.reserve(pieces.size());
+    for (std::size_t i = 0; i < pieces.size(); ++i) keys.emplace_back(pieces[i], static_cast<std::int32_t>(i));
+    trie.build(std::move(keys));
+  }
+  // Every piece that starts at byte `start` of `w`: (end byte, piece).
+  template <class F>
+  void matches(std::string_view w, std::size_t start, F&& f) const {
+    std::int32_t node = 0;
+    for (std::size_t k = start; k < w.size(); ++k) {
+      node = trie.step(node, static_cast<unsigned char>(w[k]));
+      if (node < 0) return;
+      std::int32_t id = trie.value(node);
+      if (id >= 0) f(k + 1, id);
+    }
+  }
+};
+
+// Forward-backward over a word's lattice: adds count × P(piece used) to `expected`;
+// returns the word's log-likelihood.
+double expect(const UModel& m, std::string_view w, double count, std::vector<double>& expected,
+              std::vector<double>& alpha, std::vector<double>& beta) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  std::size_t n = w.size();
+  alpha.assign(n + 1, ninf);
+  beta.assign(n + 1, ninf);
+  alpha[0] = 0;
+  for (std::size_t s = 0; s < n; ++s) {
+    if (alpha[s] == ninf) continue;
+    m.matches(w, s, [&](std::size_t e, std::int32_t id) { alpha[e] = log_add(alpha[e], alpha[s] + m.score[static_cast<std::size_t>(id)]); });
+  }
+  if (alpha[n] == ninf) return 0;  // not coverable (characters dropped by coverage)
+  beta[n] = 0;
+  for (std::size_t s = n; s-- > 0;) {
+    m.matches(w, s, [&](std::size_t e, std::int32_t id) {
+      if (beta[e] != ninf) beta[s] = log_add(beta[s], beta[e] + m.score[static_cast<std::size_t>(id)]);
+    });
+  }
+  const double z = alpha[n];
+  for (std::size_t s = 0; s < n; ++s) {
+    if (alpha[s] == ninf) continue;
+    m.matches(w, s, [&](std::size_t e, std::int32_t id) {
+      if (beta[e] == ninf) return;
+      double p = std::exp(alpha[s] + m.score[static_cast<std::size_t>(id)] + beta[e] - z);
+      expected[static_cast<std::size_t>(id)] += count * p;
+    });
+  }
+  return z * count;
+}
+
+// Viterbi over a word: the pieces of its best segmentation (empty if none), skipping
+// piece `banned` (for the alternatives of pruning).
+void viterbi(const UModel& m, std::string_view w, std::int32_t banned, std::vector<std::int32_t>& out,
+             std::vector<double>& best, std::vector<std::int32_t>& from, std::vector<std::int32_t>& piece) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  std::size_t n = w.size();
+  best.assign(n + 1, ninf);
+  from.assign(n + 1, -1);
+  piece.assign(n + 1, -1);
+  best[0] = 0;
+  for (std::size_t s = 0; s < n; ++s) {
+    if (best[s] == ninf) continue;
+    m.matches(w, s, [&](std::size_t e, std::int32_t id) {
+      if (id == banned) return;
+      double c = best[s] + m.score[static_cast<std::size_t>(id)];
+      if (c > best[e]) {
+        best[e] = c;
+        from[e] = static_cast<std::int32_t>(s);
+        piece[e] = id;
+      }
+    });
+  }
+  out.clear();
+  if (best[n] == ninf) return;
+  for (std::size_t e = n; e > 0; e = static_cast<std::size_t>(from[e])) out.push_back(piece[e]);
+  std::reverse(out.begin(), out.end());
+}
+
+// Substring counts, keyed by views into the words (stable while counting): open
+// addressing, no allocation per key.
+class ViewCounts {
+ public:
+  void clear() {
+    slots_.assign(1024, Slot{});
+    size_ = 0;
+  }
+  double* find(std::string_view k) {
+    if (slots_.empty()) return nullptr;
+    Slot& s = slots_[probe(k, hash_bytes(k.data(), k.size()))];
+    return s.key.data() ? &s.count : nullptr;
+  }
+  void add(std::string_view k, double c) {
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    std::uint64_t h = hash_bytes(k.data(), k.size());
+    Slot& s = slots_[probe(k, h)];
+    if (!s.key.data()) {
+      s.key = k;
+      s.hash = h;
+      ++size_;
+    }
+    s.count += c;
+  }
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Slot& s : slots_)
+      if (s.key.data()) f(s.key, s.count);
+  }
+
+ private:
+  struct Slot {
+    std::string_view key;
+    std::uint64_t hash = 0;
+    double count = 0;
+  };
+  std::size_t probe(std::string_view k, std::uint64_t h) const {
+    std::size_t mask = slots_.size() - 1, i = static_cast<std::size_t>(h) & mask;
+    while (slots_[i].key.data() && (slots_[i].hash != h || slots_[i].key != k)) i = (i + 1) & mask;
+    return i;
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(std::max<std::size_t>(1024, old.size() * 2), Slot{});
+    for (const Slot& s : old)
+      if (s.key.data()) slots_[probe(s.key, s.hash)] = s;
+  }
+  std::vector<Slot> slots_;
+  std::size_t size_ = 0;
+};
+
+// Words are cut into kChunks fixed slices, each summed on its own and the sums added in
+// order, so the result is the same on any number of threads.
+constexpr std::size_t kChunks = 4;
+
+// Call f(chunk, lo, hi) for the kChunks slices of [0, n), on up to `threads` threads.
+template <class F>
+void run_chunks(std::size_t n, int threads, F&& f) {
+  std::atomic<std::size_t> next{0};
+  auto t = static_cast<std::size_t>(std::clamp(threads, 1, static_cast<int>(kChunks)));
+  run_parallel(t, [&](std::size_t) {
+    for (std::size_t c; (c = next.fetch_add(1)) < kChunks;) f(c, n * c / kChunks, n * (c + 1) / kChunks);
+  });
+}
+
+}  // namespace
+
+Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTrainerConfig& cfg, SpTrainReport& report,
+                                     const TrainProgress& progress) {
+  report = SpTrainReport{};
+  std::vector<Piece> head = {{"<unk>", 0, 2}, {"<s>", 0, 3}, {"</s>", 0, 3}};
+  if (cfg.byte_fallback) {
+    char name[8];
+    for (int b = 0; b < 256; ++b) {
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      head.push_back({name, 0, 6});
+    }
+  }
+  // Characters and coverage, as for BPE.
+  std::unordered_map<std::string, std::uint64_t> freq;
+  std::uint64_t total = 0;
+  for (const auto& [w, c] : counts) {
+    const auto* p = reinterpret_cast<const unsigned char*>(w.data());
+    for (std::size_t i = 0; i < w.size();) {
+      std::size_t n = text::decode_utf8(p, w.size(), i).len;
+      freq[w.substr(i, n)] += c;
+      total += c;
+      i += n;
+    }
+  }
+  std::vector<std::pair<std::string, std::uint64_t>> chars(freq.begin(), freq.end());
+  std::sort(chars.begin(), chars.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  std::uint64_t covered = 0;
+  std::size_t kept = 0;
+  for (; kept < chars.size(); ++kept) {
+    if (kept > 0 && static_cast<double>(covered) >= cfg.character_coverage * static_cast<double>(total)) break;
+    covered += chars[kept].second;
+  }
+  report.chars_total_distinct = chars.size();
+  report.chars_kept = kept;
+  report.coverage = total ? static_cast<double>(covered) / static_cast<double>(total) : 1.0;
+  chars.resize(kept);
+  if (head.size() + kept > cfg.vocab_size)
+    return make_error(Errc::invalid_argument,
+                      "vocabulary size {} is too small: {} meta and byte pieces and {} required characters need {} "
+                      "(lower --character-coverage or raise --vocab-size)",
+                      cfg.vocab_size, head.size(), kept, head.size() + kept);
+  std::unordered_set<std::string_view> keep_chars;
+  for (const auto& c : chars) keep_chars.insert(c.first);
+
+  // Words: split where a character is not kept (no piece may contain it).
+  std::vector<UWord> words;
+  {
+    std::unordered_map<std::string, double> wc;
+    for (const auto& [w, c] : counts) {
+      const auto* p = reinterpret_cast<const unsigned char*>(w.data());
+      std::size_t start = 0;
+      for (std::size_t i = 0; i < w.size();) {
+        std::size_t n = text::decode_utf8(p, w.size(), i).len;
+        if (!keep_chars.count(std::string_view(w).substr(i, n))) {
+          if (i > start) wc[w.substr(start, i - start)] += static_cast<double>(c);
+          start = i + n;
+        }
+        i += n;
+      }
+      if (w.size() > start) wc[w.substr(start)] += static_cast<double>(c);
+    }
+    words.reserve(wc.size());
+    for (auto& [w, c] : wc) words.push_back(UWord{w, c});
+    std::sort(words.begin(), words.end(), [](const UWord& a, const UWord& b) { return a.text < b.text; });
+  }
+  report.words = words.size();
+  report.alphabet = kept;
+
+  // Seeds: frequent substrings, grown one character at a time from frequent ones.
+  const std::uint64_t min_seed = std::max<std::uint64_t>(2, cfg.min_frequency);
+  using CountMap = std::unordered_map<std::string, double, StringHash, std::equal_to<>>;
+  CountMap seeds;  // substring → count
+  {
+    // Character offsets of each word.
+    std::vector<std::vector<std::uint32_t>> offs(words.size());
+    for (std::size_t wi = 0; wi < words.size(); ++wi) {
+      const std::string& w = words[wi].text;
+      const auto* p = reinterpret_cast<const unsigned char*>(w.data());
+      for (std::size_t i = 0; i < w.size();) {
+        offs[wi].push_back(static_cast<std::uint32_t>(i));
+        i += text::decode_utf8(p, w.size(), i).len;
+      }
+      offs[wi].push_back(static_cast<std::uint32_t>(w.size()));
+    }
+    ViewCounts level, next;
+    level.clear();
+    for (std::size_t len = 2; len <= cfg.max_piece_chars; ++len) {
+      next.clear();
+      for (std::size_t wi = 0; wi < words.size(); ++wi) {
+        const std::string& w = words[wi].text;
+        const auto& o = offs[wi];
+        std::size_t nchars = o.size() - 1;
+        for (std::size_t s = 0; s + len <= nchars; ++s) {
+          std::string_view sub(w.data() + o[s], o[s + len] - o[s]);
+          if (s > 0 && sub.compare(0, kSpace.size(), kSpace) == 0) continue;  // ▁ only in front
+          if (len > 2) {  // grown from a frequent prefix only
+            std::string_view pre(w.data() + o[s], o[s + len - 1] - o[s]);
+            if (!level.find(pre)) continue;
+          }
+          next.add(sub, words[wi].count);
+        }
+      }
+      level.clear();
+      bool any = false;
+      next.for_each([&](std::string_view sub, double c) {
+        if (c < static_cast<double>(min_seed)) return;
+        level.add(sub, c);
+        seeds.emplace(std::string(sub), c);
+        any = true;
+      });
+      if (!any) break;
+    }
+  }
+  std::vector<std::pair<std::string, double>> seed_list;
+  seed_list.reserve(seeds.size());
+  for (auto& [s, c] : seeds) seed_list.emplace_back(s, c * static_cast<double>(text::count_chars(s)));
+  seeds.clear();
+  std::sort(seed_list.begin(), seed_list.end(),
+            [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+  if (seed_list.size() > cfg.seed_size) seed_list.resize(cfg.seed_size);
+  UModel m;
+  for (const auto& c : chars) {
+    m.pieces.push_back(c.first);
+    m.score.push_back(static_cast<double>(c.second));
+    m.required.push_back(true);
+  }
+  for (auto& [s, sc] : seed_list) {
+    m.pieces.push_back(std::move(s));
+    m.score.push_back(sc);
+    m.required.push_back(false);
+  }
+  seed_list.clear();
+  {
+    double sum = 0;
+    for (double s : m.score) sum += s;
+    for (double& s : m.score) s = std::log(s) - std::log(sum);
+  }
+  m.rebuild();
+
+  const std::size_t target = cfg.vocab_size - head.size();
+  const auto desired = static_cast<std::size_t>(static_cast<double>(target) * 1.1);
+  const int threads = cfg.threads;
+  std::vector<double> expected, alpha, beta, best;
+  std::vector<std::int32_t> from, piece_at, seg;
+  std::size_t rounds = 0;
+  for (;;) {
+    // EM.
+    for (int it = 0; it < cfg.em_sub_iterations; ++it) {
+      // Fixed chunks of words, summed in order: the same result on any thread count.
+      std::vector<std::vector<double>> part(kChunks);
+      run_chunks(words.size(), threads, [&](std::size_t c, std::size_t lo, std::size_t hi) {
+        std::vector<double> e(m.pieces.size(), 0.0), al, be;
+        for (std::size_t k = lo; k < hi; ++k) expect(m, words[k].text, words[k].count, e, al, be);
+        part[c] = std::move(e);
+      });
+      expected.assign(m.pieces.size(), 0.0);
+      for (const auto& p : part)
+        for (std::size_t i = 0; i < p.size(); ++i) expected[i] += p[i];
+      double sum = 0;
+      UModel n;
+      for (std::size_t i = 0; i < m.pieces.size(); ++i) {
+        if (expected[i] < 0.5 && !m.required[i]) continue;
+        n.pieces.push_back(std::move(m.pieces[i]));
+        n.score.push_back(std::max(expected[i], 0.5));
+        n.required.push_back(m.required[i]);
+        sum += n.score.back();
+      }
+      double lsum = digamma(sum);
+      for (double& s : n.score) s = digamma(s) - lsum;
+      m = std::move(n);
+      m.rebuild();
+    }
+    ++rounds;
+    if (progress) progress(rounds, 0);
+    if (m.pieces.size() <= desired) break;
+    // Prune: Viterbi counts, then each piece's loss if its uses were re-segmented.
+    std::vector<double> vfreq(m.pieces.size(), 0.0);
+    double vsum = 0;
+    {
+      std::vector<std::vector<double>> part(kChunks);
+      std::vector<double> psum(kChunks, 0.0);
+      run_chunks(words.size(), threads, [&](std::size_t c, std::size_t lo, std::size_t hi) {
+        std::vector<double> f(m.pieces.size(), 0.0), b;
+        std::vector<std::int32_t> sg, fr, pa;
+        for (std::size_t k = lo; k < hi; ++k) {
+          viterbi(m, words[k].text, -1, sg, b, fr, pa);
+          for (auto id : sg) f[static_cast<std::size_t>(id)] += words[k].count;
+          psum[c] += words[k].count * static_cast<double>(sg.size());
+        }
+        part[c] = std::move(f);
+      });
+      for (std::size_t c = 0; c < kChunks; ++c) {
+        vsum += psum[c];
+        for (std::size_t i = 0; i < part[c].size(); ++i) vfreq[i] += part[c][i];
+      }
+    }
+    std::vector<std::pair<double, std::size_t>> loss;
+    std::vector<std::size_t> keep_always;
+    for (std::size_t i = 0; i < m.pieces.size(); ++i) {
+      if (m.required[i]) {
+        keep_always.push_back(i);
+        continue;
+      }
+      if (vfreq[i] == 0) {
+        loss.emplace_back(-std::numeric_limits<double>::infinity(), i);  // unused: first to go
+        continue;
+      }
+      viterbi(m, m.pieces[i], static_cast<std::int32_t>(i), seg, best, from, piece_at);
+      if (seg.empty()) {
+        keep_always.push_back(i);
+        continue;
+      }
+      const double f = vfreq[i] / vsum;
+      const double logprob_sp = std::log(vfreq[i]) - std::log(vsum);
+      const double new_sum = vsum + vfreq[i] * static_cast<double>(seg.size() - 1);
+      double logprob_alt = 0;
+      for (auto a : seg) logprob_alt += std::log(vfreq[static_cast<std::size_t>(a)] + vfreq[i]) - std::log(new_sum);
+      loss.emplace_back(f * (logprob_sp - logprob_alt), i);
+    }
+    std::sort(loss.begin(), loss.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    std::size_t want = std::max(desired, static_cast<std::size_t>(cfg.shrinking_factor * static_cast<double>(m.pieces.size())));
+    std::vector<bool> keep(m.pieces.size(), false);
+    for (auto i : keep_always) keep[i] = true;
+    std::size_t have = keep_always.size();
+    for (const auto& [l, i] : loss) {
+      if (have >= want) break;
+      keep[i] = true;
+      ++have;
+    }
+    UModel n;
+    for (std::size_t i = 0; i < m.pieces.size(); ++i)
+      if (keep[i]) {
+        n.pieces.push_back(std::move(m.pieces[i]));
+        n.score.push_back(m.score[i]);
+        n.required.push_back(m.required[i]);
+      }
+    if (n.pieces.size() == m.pieces.size()) {  // nothing more can go
+      m = std::move(n);
+      m.rebuild();
+      break;
+    }
+    m = std::move(n);
+    m.rebuild();
+  }
+  // Final: the characters, then the best-scoring pieces up to the vocabulary size.
+  std::vector<std::size_t> order(m.pieces.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return m.score[a] > m.score[b]; });
+  std::vector<bool> take(m.pieces.size(), false);
+  std::size_t taken = 0;
+  double min_score = 0;
+  for (std::size_t i = 0; i < m.pieces.size(); ++i)
+    if (m.required[i]) {
+      take[i] = true;
+      ++taken;
+    }
+  for (std::size_t i : order) {
+    if (taken >= target) break;
+    if (!take[i]) {
+      take[i] = true;
+      ++taken;
+    }
+  }
+  std::vector<Piece> pieces = head;
+  for (std::size_t i : order)
+    if (take[i]) {
+      pieces.push_back({m.pieces[i], static_cast<float>(m.score[i]), 1});
+      min_score = std::min(min_score, m.score[i]);
+    }
+  (void)min_score;
+  report.vocab = pieces.size();
+  report.merges = rounds;
+  report.stop = pieces.size() >= cfg.vocab_size ? StopReason::vocab_full : StopReason::no_pairs;
+  return model_proto(pieces, cfg, 1);
 }
 
 }  // namespace lmp::tok

@@ -48,6 +48,23 @@ void sp_normalize_line(std::string_view line, std::string& out);
 // script and digit boundaries), for training.
 void sp_count_words(std::string_view normalized, bool split_digits, WordCountMap& counts);
 
+// SentencePiece's unigram training (`tok-train -m unigram`): seed pieces are the
+// frequent substrings of the words (up to 16 characters, count ≥ max(2, min_frequency),
+// scored count × length, the best `seed_size` kept, all kept characters added); then
+// rounds of EM (expected counts from forward-backward over each word's lattice, pieces
+// under 0.5 dropped, scores digamma(count) − digamma(total)) and pruning (each piece's
+// loss of likelihood if its occurrences were re-segmented without it; the best
+// max(target, 0.75 × size) kept) until 1.1 × the vocabulary is reached; then the best
+// scoring pieces fill it, the characters always among them.
+struct UnigramTrainerConfig : SpBpeTrainerConfig {
+  std::size_t seed_size = 1000000;
+  double shrinking_factor = 0.75;
+  int em_sub_iterations = 2;
+  int threads = 1;  // EM and pruning threads; the result is the same for any count
+};
+Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTrainerConfig& cfg, SpTrainReport& report,
+                                     const TrainProgress& progress = {});
+
 // Train; returns the serialized ModelProto (.model bytes).
 Result<std::string> train_sp_bpe(const WordCountMap& counts, const SpBpeTrainerConfig& cfg, SpTrainReport& report,
                                  const TrainProgress& progress = {});
