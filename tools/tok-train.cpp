@@ -16,6 +16,7 @@ using namespace lmp;
 struct Options {
   std::string model = "bpe", output, format = "hf", pre_tokenizer = "gpt2", initial_alphabet, algo = "likelihood";
   bool cased = false, split_digits = false, no_byte_fallback = false;
+  std::string normalization = "nfkc";
   double character_coverage = 0.9995;
   std::vector<std::string> files, special_tokens;
   std::size_t vocab_size = 30000, limit_alphabet = 0, max_token_length = 0;
@@ -130,6 +131,7 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
   tok::WordCountMap counts;
   std::string chunk, norm;
   std::uint64_t bytes = 0, lines = 0;
+  LMP_ASSIGN(tok::SpNormalizer normalizer, tok::make_sp_normalizer(o.normalization));
   for (const auto& file : o.files) {
     LMP_ASSIGN(auto reader, io::ChunkReader::open(file));
     cli::Progress progress("counting " + reader->name());
@@ -140,7 +142,7 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
       for (std::size_t pos = 0; pos < chunk.size();) {
         std::size_t nl = chunk.find('\n', pos);
         std::size_t end = nl == std::string::npos ? chunk.size() : nl + 1;
-        tok::sp_normalize_line(std::string_view(chunk).substr(pos, end - pos), norm);
+        tok::sp_normalize_line(std::string_view(chunk).substr(pos, end - pos), normalizer, norm);
         tok::sp_count_words(norm, o.split_digits, counts);
         ++lines;
         pos = end;
@@ -152,6 +154,7 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
   cli::note(fmt::format("read {} in {} lines: {} distinct words", cli::human_bytes(static_cast<double>(bytes)),
                         cli::with_commas(lines), cli::with_commas(counts.size())));
   tok::UnigramTrainerConfig cfg;
+  cfg.normalizer = std::move(normalizer);
   cfg.vocab_size = o.vocab_size;
   cfg.min_frequency = o.min_frequency;
   cfg.character_coverage = o.character_coverage;
@@ -197,7 +200,10 @@ int main(int argc, char** argv) {
   app.add_option("--character-coverage", o.character_coverage,
                  "sp-bpe: keep the most frequent characters covering this share of the text (0.9995)")
       ->check(CLI::Range(0.5, 1.0));
-  app.add_flag("--split-digits", o.split_digits, "sp-bpe: every digit a piece of its own");
+  app.add_flag("--split-digits", o.split_digits, "sp-bpe, unigram: every digit a piece of its own");
+  app.add_option("--normalization", o.normalization,
+                 "sp-bpe, unigram: nfkc (default), nfkc_cf (NFKC and case folding) or identity (as Llama 2)")
+      ->check(CLI::IsMember({"nfkc", "nfkc_cf", "identity"}));
   app.add_flag("--no-byte-fallback", o.no_byte_fallback,
                "sp-bpe: no <0xXX> pieces; characters not kept become <unk>");
   app.add_option("--algo", o.algo,
@@ -265,8 +271,9 @@ int main(int argc, char** argv) {
         throw cli::UsageError(o.model + " writes a SentencePiece model: name the output *.model");
       return train_sp(o, t0);
     }
-    if (app.count("--character-coverage") || o.split_digits || o.no_byte_fallback)
-      throw cli::UsageError("--character-coverage, --split-digits and --no-byte-fallback are for -m sp-bpe and unigram");
+    if (app.count("--character-coverage") || o.split_digits || o.no_byte_fallback || app.count("--normalization"))
+      throw cli::UsageError(
+          "--character-coverage, --split-digits, --no-byte-fallback and --normalization are for -m sp-bpe and unigram");
     if (wordpiece(o)) {
       if (app.count("--pre-tokenizer") || count->count("--pre-tokenizer"))
         throw cli::UsageError("WordPiece uses the BERT split; --pre-tokenizer is for -m bpe");

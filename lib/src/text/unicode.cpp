@@ -125,6 +125,7 @@ const UNormalizer2* instance(NormalForm f) {
     case NormalForm::nfkc: n = unorm2_getNFKCInstance(&st); break;
     case NormalForm::nfd: n = unorm2_getNFDInstance(&st); break;
     case NormalForm::nfkd: n = unorm2_getNFKDInstance(&st); break;
+    case NormalForm::nfkc_cf: n = unorm2_getNFKCCasefoldInstance(&st); break;
   }
   LMP_ASSERT(U_SUCCESS(st) && n != nullptr);
   return n;

@@ -105,6 +105,7 @@ std::size_t utf8_len(std::string_view s) {  // bytes of the character at s[0], 0
 // ---- Normalizer ---------------------------------------------------------------------
 
 Status SpNormalizer::load_charsmap(std::string_view blob, const std::string& where) {
+  charsmap.assign(blob);
   if (blob.empty()) return {};
   if (blob.size() < 4) return make_error(Errc::parse, "{}: precompiled charsmap shorter than its header", where);
   std::uint32_t trie_bytes;

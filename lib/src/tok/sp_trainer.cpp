@@ -9,6 +9,7 @@
 
 #include "lmpipe/text/unicode.h"
 #include "lmpipe/core/double_array.h"
+#include "lmpipe/tok/sp_charsmap.h"
 #include "lmpipe/core/parallel.h"
 #include "lmpipe/core/string_map.h"
 #include "merge_core.h"
@@ -71,8 +72,9 @@ std::string model_proto(const std::vector<Piece>& pieces, const SpBpeTrainerConf
   put_varint_field(t, 42, 2);  // eos_id
   put_varint_field(t, 43, static_cast<std::uint64_t>(-1) & 0xFFFFFFFFFFFFFFFFull);  // pad_id -1
   put_bytes(o, 2, t);
-  std::string n;  // NormalizerSpec: identity (no charsmap) or NFKC is done by us before
-  put_bytes(n, 1, "identity");
+  std::string n;  // NormalizerSpec: the normalizer the text was trained with
+  put_bytes(n, 1, cfg.normalizer.name);
+  if (!cfg.normalizer.charsmap.empty()) put_bytes(n, 2, cfg.normalizer.charsmap);
   put_varint_field(n, 3, 1);  // add_dummy_prefix
   put_varint_field(n, 4, 0);  // remove_extra_whitespaces: keep spaces as they are
   put_varint_field(n, 5, 1);  // escape_whitespaces
@@ -89,19 +91,25 @@ bool is_common(int cls) { return cls == 0 /* USCRIPT_COMMON */ || cls == 1 /* US
 
 }  // namespace
 
-void sp_normalize_line(std::string_view line, std::string& out) {
-  out.clear();
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
-  if (line.empty()) return;
-  out += kSpace;
-  const auto* p = reinterpret_cast<const unsigned char*>(line.data());
-  for (std::size_t i = 0; i < line.size();) {
-    auto c = text::decode_utf8(p, line.size(), i);
-    if (c.cp == ' ') out += kSpace;
-    else if (c.cp >= text::kInvalidBase) out += "\xEF\xBF\xBD";
-    else out.append(line.substr(i, c.len));
-    i += c.len;
+Result<SpNormalizer> make_sp_normalizer(std::string_view name) {
+  SpNormalizer n;
+  n.add_dummy_prefix = true;
+  n.remove_extra_whitespaces = false;
+  n.escape_whitespaces = true;
+  if (name == "identity") {
+    n.name = "identity";
+  } else if (name == "nfkc" || name == "nfkc_cf") {
+    n.name = std::string(name);
+    LMP_TRY(n.load_charsmap(build_charsmap(name == "nfkc_cf"), "charsmap"));
+  } else {
+    return make_error(Errc::invalid_argument, "unknown normalization '{}' (nfkc, nfkc_cf, identity)", name);
   }
+  return n;
+}
+
+void sp_normalize_line(std::string_view line, const SpNormalizer& norm, std::string& out) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  norm.normalize(line, out);
 }
 
 void sp_count_words(std::string_view s, bool split_digits, WordCountMap& counts) {

@@ -64,7 +64,7 @@ enum : std::uint16_t {
 // Class bits of a code point (0 for invalid bytes). O(1) for the BMP.
 std::uint16_t char_class(std::uint32_t cp);
 
-enum class NormalForm { nfc, nfkc, nfd, nfkd };
+enum class NormalForm { nfc, nfkc, nfd, nfkd, nfkc_cf };  // nfkc_cf: NFKC_Casefold
 
 // Normalize the valid UTF-8 runs of `s`; invalid bytes are kept as they are.
 std::string normalize(std::string_view s, NormalForm form);

@@ -33,6 +33,7 @@ class SpNormalizer {
   bool remove_extra_whitespaces = true;
   bool escape_whitespaces = true;
   bool treat_whitespace_as_suffix = false;
+  std::string charsmap;  // the precompiled charsmap blob as loaded (empty: none)
   // Load the precompiled charsmap blob (u32 trie size, trie units, string pool).
   Status load_charsmap(std::string_view blob, const std::string& where);
   void normalize(std::string_view in, std::string& out) const;

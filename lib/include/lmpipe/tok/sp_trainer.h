@@ -1,9 +1,9 @@
 // SentencePiece-style BPE training (`tok-train -m sp-bpe`): BPE over the characters of
 // raw text, as Llama 2's tokenizer was trained.
 //
-// Text is normalized as the model will normalize it — identity, as Llama 2's (writing an
-// NFKC character map into the model is not done yet) —, spaces become ▁ and each line
-// gets a dummy ▁ prefix; no pre-tokenization, but pieces
+// Text is normalized as the model will normalize it — NFKC (a character map written into
+// the model), NFKC with case folding, or identity as Llama 2's —, spaces become ▁ and each
+// line gets a dummy ▁ prefix; no pre-tokenization, but pieces
 // respect SentencePiece's boundaries: ▁ only at the start of a piece (a word boundary),
 // one Unicode script per piece (Hiragana and Katakana count as Han), digits apart from
 // other characters (each digit alone with split_digits), at most 16 characters.
@@ -22,10 +22,12 @@
 #include <vector>
 
 #include "lmpipe/tok/bpe_trainer.h"
+#include "lmpipe/tok/sentencepiece.h"
 
 namespace lmp::tok {
 
 struct SpBpeTrainerConfig {
+  SpNormalizer normalizer;               // written into the model; text must be normalized with it
   std::size_t vocab_size = 32000;
   std::uint64_t min_frequency = 0;       // no pair occurring fewer times is merged
   double character_coverage = 0.9995;
@@ -41,8 +43,12 @@ struct SpTrainReport : TrainReport {
   double coverage = 0;  // share of character occurrences covered by the kept characters
 };
 
-// Normalize one line as the trained model will (▁ escaping, dummy prefix).
-void sp_normalize_line(std::string_view line, std::string& out);
+// The normalizer of a model to train: "nfkc" (default), "nfkc_cf" (NFKC and case folding)
+// or "identity"; spaces kept as they are, ▁ escaping, a dummy prefix.
+Result<SpNormalizer> make_sp_normalizer(std::string_view name);
+
+// Normalize one line (its newline dropped) as the trained model will.
+void sp_normalize_line(std::string_view line, const SpNormalizer& norm, std::string& out);
 
 // Count the words of normalized lines (split at ▁ after another character, then at
 // script and digit boundaries), for training.
