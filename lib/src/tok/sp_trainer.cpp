@@ -309,7 +309,7 @@ struct UWord {
 
 // The current vocabulary of the EM: pieces with log-probabilities, and a trie over them.
 struct UModel {
-  std::vector<std::string> pieces;
+  std::vector<std::string_view> pieces;  // views into the words and characters (stable)
   std::vector<double> score;
   std::vector<bool> required;  // characters: never dropped
   DoubleArray trie;
@@ -333,33 +333,37 @@ struct UModel {
 };
 
 // Forward-backward over a word's lattice: adds count × P(piece used) to `expected`;
-// returns the word's log-likelihood.
+// returns the word's log-likelihood. The lattice's edges are found once, then walked
+// forward, backward and once more for the expectations.
+struct Edge {
+  std::uint32_t s, e;
+  std::int32_t id;
+};
 double expect(const UModel& m, std::string_view w, double count, std::vector<double>& expected,
-              std::vector<double>& alpha, std::vector<double>& beta) {
+              std::vector<double>& alpha, std::vector<double>& beta, std::vector<Edge>& edges) {
   const double ninf = -std::numeric_limits<double>::infinity();
   std::size_t n = w.size();
+  edges.clear();
+  for (std::size_t s = 0; s < n; ++s)
+    m.matches(w, s, [&](std::size_t e, std::int32_t id) {
+      edges.push_back(Edge{static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(e), id});
+    });
   alpha.assign(n + 1, ninf);
   beta.assign(n + 1, ninf);
   alpha[0] = 0;
-  for (std::size_t s = 0; s < n; ++s) {
-    if (alpha[s] == ninf) continue;
-    m.matches(w, s, [&](std::size_t e, std::int32_t id) { alpha[e] = log_add(alpha[e], alpha[s] + m.score[static_cast<std::size_t>(id)]); });
-  }
+  for (const Edge& x : edges)
+    if (alpha[x.s] != ninf) alpha[x.e] = log_add(alpha[x.e], alpha[x.s] + m.score[static_cast<std::size_t>(x.id)]);
   if (alpha[n] == ninf) return 0;  // not coverable (characters dropped by coverage)
   beta[n] = 0;
-  for (std::size_t s = n; s-- > 0;) {
-    m.matches(w, s, [&](std::size_t e, std::int32_t id) {
-      if (beta[e] != ninf) beta[s] = log_add(beta[s], beta[e] + m.score[static_cast<std::size_t>(id)]);
-    });
+  for (std::size_t k = edges.size(); k-- > 0;) {
+    const Edge& x = edges[k];
+    if (beta[x.e] != ninf) beta[x.s] = log_add(beta[x.s], beta[x.e] + m.score[static_cast<std::size_t>(x.id)]);
   }
   const double z = alpha[n];
-  for (std::size_t s = 0; s < n; ++s) {
-    if (alpha[s] == ninf) continue;
-    m.matches(w, s, [&](std::size_t e, std::int32_t id) {
-      if (beta[e] == ninf) return;
-      double p = std::exp(alpha[s] + m.score[static_cast<std::size_t>(id)] + beta[e] - z);
-      expected[static_cast<std::size_t>(id)] += count * p;
-    });
+  for (const Edge& x : edges) {
+    if (alpha[x.s] == ninf || beta[x.e] == ninf) continue;
+    double p = std::exp(alpha[x.s] + m.score[static_cast<std::size_t>(x.id)] + beta[x.e] - z);
+    expected[static_cast<std::size_t>(x.id)] += count * p;
   }
   return z * count;
 }
@@ -530,8 +534,10 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
 
   // Seeds: frequent substrings, grown one character at a time from frequent ones.
   const std::uint64_t min_seed = std::max<std::uint64_t>(2, cfg.min_frequency);
-  using CountMap = std::unordered_map<std::string, double, StringHash, std::equal_to<>>;
-  CountMap seeds;  // substring → count
+  std::vector<std::pair<std::string_view, double>> seed_list;  // (substring of a word, count × length)
+  auto seed_better = [](const std::pair<std::string_view, double>& a, const std::pair<std::string_view, double>& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  };
   {
     // Character offsets of each word.
     std::vector<std::vector<std::uint32_t>> offs(words.size());
@@ -544,41 +550,54 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
       }
       offs[wi].push_back(static_cast<std::uint32_t>(w.size()));
     }
-    ViewCounts level, next;
+    ViewCounts level;
     level.clear();
+    const int nt = std::clamp(cfg.threads, 1, 8);
+    std::vector<ViewCounts> next(static_cast<std::size_t>(nt));
     for (std::size_t len = 2; len <= cfg.max_piece_chars; ++len) {
-      next.clear();
-      for (std::size_t wi = 0; wi < words.size(); ++wi) {
-        const std::string& w = words[wi].text;
-        const auto& o = offs[wi];
-        std::size_t nchars = o.size() - 1;
-        for (std::size_t s = 0; s + len <= nchars; ++s) {
-          std::string_view sub(w.data() + o[s], o[s + len] - o[s]);
-          if (s > 0 && sub.compare(0, kSpace.size(), kSpace) == 0) continue;  // ▁ only in front
-          if (len > 2) {  // grown from a frequent prefix only
-            std::string_view pre(w.data() + o[s], o[s + len - 1] - o[s]);
-            if (!level.find(pre)) continue;
+      // Each thread counts the substrings of one hash class (so no substring is counted
+      // twice and no maps need adding up: memory stays that of one map).
+      run_parallel(static_cast<std::size_t>(nt), [&](std::size_t t) {
+        ViewCounts& mine = next[t];
+        mine.clear();
+        for (std::size_t wi = 0; wi < words.size(); ++wi) {
+          const std::string& w = words[wi].text;
+          const auto& o = offs[wi];
+          std::size_t nchars = o.size() - 1;
+          for (std::size_t s = 0; s + len <= nchars; ++s) {
+            std::string_view sub(w.data() + o[s], o[s + len] - o[s]);
+            if (s > 0 && sub.compare(0, kSpace.size(), kSpace) == 0) continue;  // ▁ only in front
+            if (len > 2) {  // grown from a frequent prefix only
+              std::string_view pre(w.data() + o[s], o[s + len - 1] - o[s]);
+              if (!level.find(pre)) continue;
+            }
+            if (nt > 1 && hash_bytes(sub.data(), sub.size()) % static_cast<std::uint64_t>(nt) != t) continue;
+            mine.add(sub, words[wi].count);
           }
-          next.add(sub, words[wi].count);
         }
-      }
+      });
       level.clear();
       bool any = false;
-      next.for_each([&](std::string_view sub, double c) {
-        if (c < static_cast<double>(min_seed)) return;
-        level.add(sub, c);
-        seeds.emplace(std::string(sub), c);
-        any = true;
-      });
+      for (auto& counted : next) {
+        counted.for_each([&](std::string_view sub, double c) {
+          if (c < static_cast<double>(min_seed)) return;
+          level.add(sub, c);
+          seed_list.emplace_back(sub, c * static_cast<double>(len));
+          any = true;
+        });
+        counted.clear();
+      }
+      // Keep the list bounded: the best seed_size of everything are among the best
+      // seed_size of what has been counted so far.
+      if (seed_list.size() > 2 * cfg.seed_size) {
+        std::nth_element(seed_list.begin(), seed_list.begin() + static_cast<std::ptrdiff_t>(cfg.seed_size),
+                         seed_list.end(), seed_better);
+        seed_list.resize(cfg.seed_size);
+      }
       if (!any) break;
     }
   }
-  std::vector<std::pair<std::string, double>> seed_list;
-  seed_list.reserve(seeds.size());
-  for (auto& [s, c] : seeds) seed_list.emplace_back(s, c * static_cast<double>(text::count_chars(s)));
-  seeds.clear();
-  std::sort(seed_list.begin(), seed_list.end(),
-            [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+  std::sort(seed_list.begin(), seed_list.end(), seed_better);
   if (seed_list.size() > cfg.seed_size) seed_list.resize(cfg.seed_size);
   UModel m;
   for (const auto& c : chars) {
@@ -587,7 +606,7 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
     m.required.push_back(true);
   }
   for (auto& [s, sc] : seed_list) {
-    m.pieces.push_back(std::move(s));
+    m.pieces.push_back(s);
     m.score.push_back(sc);
     m.required.push_back(false);
   }
@@ -612,7 +631,8 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
       std::vector<std::vector<double>> part(kChunks);
       run_chunks(words.size(), threads, [&](std::size_t c, std::size_t lo, std::size_t hi) {
         std::vector<double> e(m.pieces.size(), 0.0), al, be;
-        for (std::size_t k = lo; k < hi; ++k) expect(m, words[k].text, words[k].count, e, al, be);
+        std::vector<Edge> edges;
+        for (std::size_t k = lo; k < hi; ++k) expect(m, words[k].text, words[k].count, e, al, be, edges);
         part[c] = std::move(e);
       });
       expected.assign(m.pieces.size(), 0.0);
@@ -728,7 +748,7 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
   std::vector<Piece> pieces = head;
   for (std::size_t i : order)
     if (take[i]) {
-      pieces.push_back({m.pieces[i], static_cast<float>(m.score[i]), 1});
+      pieces.push_back({std::string(m.pieces[i]), static_cast<float>(m.score[i]), 1});
       min_score = std::min(min_score, m.score[i]);
     }
   (void)min_score;
