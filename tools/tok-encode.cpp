@@ -2,7 +2,9 @@
 #include "common/cli.h"
 #include "lmpipe/core/npy.h"
 #include "lmpipe/core/parallel.h"
+#include "lmpipe/core/rng.h"
 #include "lmpipe/tok/byte_level.h"
+#include "lmpipe/tok/sentencepiece.h"
 #include "lmpipe/tok/stats.h"
 #include "lmpipe/tok/tokenizer.h"
 
@@ -14,16 +16,22 @@ struct Options {
   std::string tokenizer, output = "-", format = "text", pre_tokenizer;
   std::vector<std::string> files, special_tokens;
   bool decode = false, pieces = false, stats = false, json = false, no_special = false, skip_special = false;
-  bool force = false, add_special = false, lowercase = false, no_lowercase = false;
+  bool force = false, add_special = false, lowercase = false, no_lowercase = false, sample = false;
   int threads = 1;
+  std::size_t nbest = 0;
+  double alpha = 0.1;
+  std::uint64_t seed = 1;
 };
 
 // Shown for --pieces: the text HF tokenizers shows (Ġ for a space in byte-level BPE).
 std::string piece_text(const tok::Tokenizer& t, TokenId id) { return t.token_string(id); }
 
 struct Worker {
-  explicit Worker(const tok::Tokenizer& t) : session(t) {}
+  Worker(const tok::Tokenizer& t, std::uint64_t seed) : session(t), rng(seed) {}
   tok::Session session;
+  tok::ModelScratch sp;                      // --nbest, --sample
+  std::vector<std::vector<TokenId>> alternatives;
+  Rng rng;
   std::vector<TokenId> ids;
   std::vector<tok::PieceCount> pieces;
   tok::EncodeStats stats;
@@ -43,6 +51,28 @@ void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view sl
     w.ids.clear();
     w.pieces.clear();
     std::uint64_t dropped = w.session.dropped_bytes(), unknown = w.session.unknown_words();
+    if (o.nbest || o.sample) {  // unigram SentencePiece models (checked before)
+      const auto& sp = static_cast<const tok::SentencePieceModel&>(t.model());
+      if (o.sample) {
+        w.alternatives.assign(1, {});
+        sp.sample(line, o.alpha, w.rng, w.alternatives[0], w.sp);
+      } else {
+        sp.nbest(line, o.nbest, w.alternatives, w.sp);
+      }
+      for (auto& ids : w.alternatives) {
+        if (o.add_special) ids.insert(ids.begin(), t.template_prefix().begin(), t.template_prefix().end());
+        if (o.format == "npy") {
+          npy::append_i32(w.out, ids.data(), ids.size());
+          continue;
+        }
+        for (std::size_t k = 0; k < ids.size(); ++k) {
+          if (k) w.out += ' ';
+          w.out += o.pieces ? piece_text(t, ids[k]) : std::to_string(ids[k]);
+        }
+        if (terminated || &ids != &w.alternatives.back()) w.out += '\n';
+      }
+      continue;
+    }
     if (o.add_special) w.ids.assign(t.template_prefix().begin(), t.template_prefix().end());
     t.encode(line, w.ids, w.session, !o.no_special);
     if (o.add_special) w.ids.insert(w.ids.end(), t.template_suffix().begin(), t.template_suffix().end());
@@ -67,7 +97,7 @@ void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view sl
 Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, tok::EncodeStats& total,
                   std::uint64_t& dropped) {
   std::vector<std::unique_ptr<Worker>> workers;
-  for (int i = 0; i < o.threads; ++i) workers.push_back(std::make_unique<Worker>(t));
+  for (int i = 0; i < o.threads; ++i) workers.push_back(std::make_unique<Worker>(t, o.seed));
   std::string chunk;
   const std::size_t chunk_bytes = static_cast<std::size_t>(o.threads) << 21;
   for (const auto& file : o.files) {
@@ -225,6 +255,14 @@ int main(int argc, char** argv) {
                "add the tokenizer's sequence template ([CLS] ... [SEP] for BERT); default: none, like spm_encode");
   app.add_flag("--lowercase", o.lowercase, "BERT vocab.txt: lowercase and strip accents (default: guessed from the vocabulary)");
   app.add_flag("--no-lowercase", o.no_lowercase, "BERT vocab.txt: keep case and accents");
+  app.add_option("--nbest", o.nbest, "unigram .model: the N best segmentations of each line, N lines each, best first")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1024}));
+  app.add_flag("--sample", o.sample,
+               "unigram .model: draw one segmentation per line, with probability ∝ exp(alpha · score) "
+               "(subword regularization)");
+  app.add_option("--alpha", o.alpha, "with --sample: the smoothing exponent (0.1; 0 = uniform over segmentations)")
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--seed", o.seed, "with --sample: the seed of lmpipe's generator (1): the same draws on every platform");
 
   lmp::cli::ToolSpec spec{
       "tok-encode", "[OPTION]... -t TOKENIZER [FILE]...",
@@ -257,6 +295,17 @@ int main(int argc, char** argv) {
       lo.special_tokens.emplace_back(s.substr(0, eq), std::stoi(s.substr(eq + 1)));
     }
     LMP_ASSIGN(auto t, tok::load_tokenizer(o.tokenizer, lo));
+    if (o.nbest || o.sample) {
+      if (o.nbest && o.sample) throw cli::UsageError("--nbest and --sample: one or the other");
+      if (o.decode || o.stats) throw cli::UsageError("--nbest and --sample encode: not with --decode or --stats");
+      if (o.sample && o.threads != 1) throw cli::UsageError("--sample draws one stream of numbers: use -j 1");
+      if (t->model().type() != tok::ModelType::sentencepiece ||
+          static_cast<const tok::SentencePieceModel&>(t->model()).kind() != tok::SentencePieceModel::Kind::unigram)
+        return make_error(Errc::invalid_argument, "{}: --nbest and --sample need a unigram SentencePiece model",
+                          o.tokenizer);
+    } else if (app.count("--alpha") || app.count("--seed")) {
+      throw cli::UsageError("--alpha and --seed go with --sample");
+    }
     bool ids_out = !o.stats || o.output != "-";
     std::unique_ptr<cli::Output> out;
     if (ids_out) {

@@ -164,3 +164,55 @@ TEST_CASE("SentencePiece: malformed model files give located errors", "[tok][spm
   REQUIRE_FALSE(fb.ok());
   CHECK_THAT(fb.error().message, Catch::Contains("<0x00>"));
 }
+
+TEST_CASE("SentencePiece unigram: n-best and sampled segmentations", "[tok][spm][property]") {
+  std::vector<P> pieces = {{"<unk>", 0, 2}, {S + "a", -1, 1},  {S + "ab", -1.5f, 1}, {"b", -2, 1},
+                           {"ab", -2.5f, 1}, {"a", -3, 1},     {S, -4, 1},           {S + "abab", -2, 1}};
+  auto m = SentencePieceModel::parse(model_proto(pieces, 1, false, true), "u.model");
+  REQUIRE(m.ok());
+  ModelScratch s;
+  std::vector<std::vector<TokenId>> nb;
+  m->nbest("abab", 50, nb, s);
+  REQUIRE(nb.size() >= 4);
+  // Best first, and the first is the Viterbi path.
+  std::vector<TokenId> viterbi;
+  m->encode("abab", viterbi, s);
+  CHECK(nb[0] == viterbi);
+  auto total = [&](const std::vector<TokenId>& ids) {
+    double t = 0;
+    for (TokenId id : ids) t += static_cast<double>(m->score(id));
+    return t;
+  };
+  for (std::size_t k = 1; k < nb.size(); ++k) CHECK(total(nb[k - 1]) >= total(nb[k]));
+  // Every segmentation is distinct and spells the text.
+  for (std::size_t k = 0; k < nb.size(); ++k) {
+    std::string back;
+    REQUIRE(m->decode(nb[k].data(), nb[k].size(), back).ok());
+    CHECK(back == "abab");
+    for (std::size_t j = 0; j < k; ++j) CHECK(nb[j] != nb[k]);
+  }
+  // Sampling: reproducible from the seed; a large alpha gives the best path; alpha 0 is
+  // uniform over segmentations, so over many draws every one of them turns up.
+  Rng a(7), b(7);
+  std::vector<TokenId> x, y;
+  for (int i = 0; i < 20; ++i) {
+    x.clear();
+    y.clear();
+    m->sample("abab ab", 0.5, a, x, s);
+    m->sample("abab ab", 0.5, b, y, s);
+    CHECK(x == y);
+  }
+  Rng r(1);
+  for (int i = 0; i < 20; ++i) {
+    x.clear();
+    m->sample("abab", 200.0, r, x, s);
+    CHECK(x == viterbi);
+  }
+  std::set<std::vector<TokenId>> seen;
+  for (int i = 0; i < 2000; ++i) {
+    x.clear();
+    m->sample("abab", 0.0, r, x, s);
+    seen.insert(x);
+  }
+  CHECK(seen.size() == nb.size());
+}

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstring>
+#include <cmath>
+#include <limits>
 #include <queue>
 #include <unordered_map>
 
@@ -436,6 +438,11 @@ void SentencePieceModel::encode_normalized(std::string_view text, std::vector<To
       start = next;
     }
   }
+  emit(pieces, out, s);
+}
+
+void SentencePieceModel::emit(const std::vector<std::pair<std::string_view, TokenId>>& pieces,
+                              std::vector<TokenId>& out, ModelScratch& s) const {
   bool prev_unk = false;
   for (auto [piece, id] : pieces) {
     bool unk = id == unk_id_;
@@ -610,6 +617,128 @@ void SentencePieceModel::bpe(std::string_view text, std::vector<std::pair<std::s
       out.emplace_back(w, id < 0 ? unk_id_ : id);
     }
   }
+}
+
+void SentencePieceModel::lattice(std::string_view text, std::vector<LatticeEdge>& edges) const {
+  edges.clear();
+  const float unk_score = min_score_ - kUnkPenalty;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  for (std::size_t start = 0; start < text.size();) {
+    std::size_t mblen = utf8_len(text.substr(start));
+    if (mblen == 0) mblen = 1;
+    mblen = std::min(mblen, text.size() - start);
+    bool single = false;
+    std::int32_t node = 0;
+    for (std::size_t k = start; k < text.size(); ++k) {
+      node = trie_.step(node, bytes[k]);
+      if (node < 0) break;
+      TokenId id = trie_.value(node);
+      if (id < 0 || types_[static_cast<std::size_t>(id)] == SpPieceType::unused) continue;
+      std::size_t len = k + 1 - start;
+      double sc = types_[static_cast<std::size_t>(id)] == SpPieceType::user_defined
+                      ? static_cast<double>(len) * static_cast<double>(max_score_) - 0.1
+                      : static_cast<double>(scores_[static_cast<std::size_t>(id)]);
+      edges.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(k + 1), id, sc});
+      if (len == mblen) single = true;
+    }
+    if (!single)
+      edges.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(start + mblen), unk_id_,
+                       static_cast<double>(unk_score)});
+    start += mblen;
+  }
+}
+
+void SentencePieceModel::nbest(std::string_view raw, std::size_t n, std::vector<std::vector<TokenId>>& out,
+                               ModelScratch& s) const {
+  out.clear();
+  norm_.normalize(raw, s.sp_text);
+  std::string_view text = s.sp_text;
+  if (text.empty() || n == 0) {
+    out.emplace_back();
+    return;
+  }
+  std::vector<LatticeEdge> edges;
+  lattice(text, edges);
+  // For each end position, its n best partial paths: (score, edge, rank among the
+  // start position's paths), best first.
+  struct Partial {
+    double score;
+    std::uint32_t edge, back;
+  };
+  std::vector<std::vector<Partial>> best(text.size() + 1);
+  best[0].push_back({0.0, 0, 0});
+  std::vector<std::vector<std::uint32_t>> ending(text.size() + 1);
+  for (std::uint32_t k = 0; k < edges.size(); ++k) ending[edges[k].end].push_back(k);
+  std::vector<Partial> cand;
+  for (std::size_t e = 1; e <= text.size(); ++e) {
+    cand.clear();
+    for (std::uint32_t k : ending[e]) {
+      const auto& from = best[edges[k].start];
+      for (std::uint32_t r = 0; r < from.size(); ++r) cand.push_back({from[r].score + edges[k].score, k, r});
+    }
+    std::size_t keep = std::min(n, cand.size());
+    std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(keep), cand.end(),
+                      [](const Partial& a, const Partial& b) {
+                        if (a.score != b.score) return a.score > b.score;
+                        return a.edge != b.edge ? a.edge < b.edge : a.back < b.back;
+                      });
+    best[e].assign(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(keep));
+  }
+  std::vector<std::pair<std::string_view, TokenId>> pieces;
+  for (std::uint32_t r = 0; r < best[text.size()].size(); ++r) {
+    pieces.clear();
+    std::size_t e = text.size();
+    std::uint32_t rank = r;
+    while (e > 0) {
+      const Partial& p = best[e][rank];
+      const LatticeEdge& x = edges[p.edge];
+      pieces.emplace_back(text.substr(x.start, x.end - x.start), x.id);
+      rank = p.back;
+      e = x.start;
+    }
+    std::reverse(pieces.begin(), pieces.end());
+    out.emplace_back();
+    emit(pieces, out.back(), s);
+  }
+}
+
+void SentencePieceModel::sample(std::string_view raw, double alpha, Rng& rng, std::vector<TokenId>& out,
+                                ModelScratch& s) const {
+  norm_.normalize(raw, s.sp_text);
+  std::string_view text = s.sp_text;
+  if (text.empty()) return;
+  std::vector<LatticeEdge> edges;
+  lattice(text, edges);
+  // Forward: log of the summed weight of all paths to each position.
+  const double ninf = -std::numeric_limits<double>::infinity();
+  std::vector<double> fwd(text.size() + 1, ninf);
+  fwd[0] = 0;
+  auto log_add = [](double a, double b) {
+    if (a < b) std::swap(a, b);
+    return b == -std::numeric_limits<double>::infinity() ? a : a + std::log1p(std::exp(b - a));
+  };
+  for (const auto& x : edges)  // edges are in order of their start
+    if (fwd[x.start] != ninf) fwd[x.end] = log_add(fwd[x.end], fwd[x.start] + alpha * x.score);
+  std::vector<std::vector<std::uint32_t>> ending(text.size() + 1);
+  for (std::uint32_t k = 0; k < edges.size(); ++k) ending[edges[k].end].push_back(k);
+  // Backward: draw the last piece in proportion to its weight, and so on.
+  std::vector<std::pair<std::string_view, TokenId>> pieces;
+  for (std::size_t e = text.size(); e > 0;) {
+    double u = rng.uniform(), acc = 0;
+    std::uint32_t pick = ending[e].front();
+    for (std::uint32_t k : ending[e]) {
+      const auto& x = edges[k];
+      if (fwd[x.start] == ninf) continue;
+      acc += std::exp(fwd[x.start] + alpha * x.score - fwd[e]);
+      pick = k;
+      if (u < acc) break;
+    }
+    const auto& x = edges[pick];
+    pieces.emplace_back(text.substr(x.start, x.end - x.start), x.id);
+    e = x.start;
+  }
+  std::reverse(pieces.begin(), pieces.end());
+  emit(pieces, out, s);
 }
 
 Status SentencePieceModel::decode(const TokenId* ids, std::size_t n, std::string& out) const {

@@ -19,6 +19,7 @@
 #include "lmpipe/core/result.h"
 #include "lmpipe/core/double_array.h"
 #include "lmpipe/core/flat_map.h"
+#include "lmpipe/core/rng.h"
 #include "lmpipe/core/string_map.h"
 #include "lmpipe/tok/model.h"
 
@@ -61,6 +62,13 @@ class SentencePieceModel final : public Model {
   }
   TokenId find(std::string_view piece) const override { return ids_.find(piece); }
 
+  // Unigram only: the n best segmentations of raw text, best first (fewer when the
+  // text has fewer), each as ids.
+  void nbest(std::string_view text, std::size_t n, std::vector<std::vector<TokenId>>& out, ModelScratch& s) const;
+  // Unigram only: one segmentation drawn with probability ∝ exp(alpha · score)
+  // (subword regularization), by forward filtering and backward sampling.
+  void sample(std::string_view text, double alpha, Rng& rng, std::vector<TokenId>& out, ModelScratch& s) const;
+
   // spm's decoding: pieces joined, ▁ → space, <0xXX> → bytes, control tokens dropped,
   // <unk> → its surface (" ⁇ "), the dummy prefix's space removed.
   Status decode(const TokenId* ids, std::size_t n, std::string& out) const;
@@ -76,6 +84,17 @@ class SentencePieceModel final : public Model {
 
  private:
   void encode_normalized(std::string_view text, std::vector<TokenId>& out, ModelScratch& s) const;
+  // Pieces to ids: byte fallback for unknown pieces, runs of <unk> as one.
+  void emit(const std::vector<std::pair<std::string_view, TokenId>>& pieces, std::vector<TokenId>& out,
+            ModelScratch& s) const;
+  // The lattice of a normalized text: every (start, end, id, score) edge, unknown
+  // characters included.
+  struct LatticeEdge {
+    std::uint32_t start, end;
+    TokenId id;
+    double score;
+  };
+  void lattice(std::string_view text, std::vector<LatticeEdge>& edges) const;
   void unigram(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out,
                std::vector<SpBest>& best) const;
   void bpe(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out, ModelScratch& s) const;
