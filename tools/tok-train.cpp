@@ -170,10 +170,16 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
                  progress.update(0.0, fmt::format("EM and pruning, round {}", round));
                }));
   } else {
-    LMP_ASSIGN(model, tok::train_sp_bpe(counts, cfg, rep, [&](std::size_t done, std::size_t most) {
-                 progress.update(most ? static_cast<double>(done) / static_cast<double>(most) : 1.0,
-                                 cli::with_commas(done) + " merges");
-               }));
+    std::string json;
+    bool json_out = o.output.size() > 5 && o.output.substr(o.output.size() - 5) == ".json";
+    LMP_ASSIGN(model, tok::train_sp_bpe(
+                          counts, cfg, rep,
+                          [&](std::size_t done, std::size_t most) {
+                            progress.update(most ? static_cast<double>(done) / static_cast<double>(most) : 1.0,
+                                            cli::with_commas(done) + " merges");
+                          },
+                          json_out ? &json : nullptr));
+    if (json_out) model = std::move(json);
   }
   progress.done();
   LMP_TRY(io::write_file_atomic(o.output, model));
@@ -267,8 +273,12 @@ int main(int argc, char** argv) {
       if (count->parsed()) throw cli::UsageError("count files are for -m bpe and -m wordpiece");
       if (app.count("--pre-tokenizer")) throw cli::UsageError(o.model + " has no pre-tokenizer; --pre-tokenizer is for -m bpe");
       if (!o.special_tokens.empty()) throw cli::UsageError(o.model + " has <unk>, <s> and </s>; -S is for -m bpe and wordpiece");
-      if (o.output.size() < 7 || o.output.substr(o.output.size() - 6) != ".model")
-        throw cli::UsageError(o.model + " writes a SentencePiece model: name the output *.model");
+      bool json_out = o.output.size() > 5 && o.output.substr(o.output.size() - 5) == ".json";
+      if (json_out && o.model == "unigram")
+        throw cli::UsageError("unigram writes a SentencePiece model (*.model); an HF Unigram tokenizer.json is not written yet");
+      if (!json_out && (o.output.size() < 7 || o.output.substr(o.output.size() - 6) != ".model"))
+        throw cli::UsageError(o.model + " writes a SentencePiece model (*.model)" +
+                              (o.model == "sp-bpe" ? " or an HF tokenizer.json (*.json)" : ""));
       return train_sp(o, t0);
     }
     if (app.count("--character-coverage") || o.split_digits || o.no_byte_fallback || app.count("--normalization"))

@@ -32,7 +32,7 @@ compare() {  # compare NAME TOKENIZER TEXT [lossy]
   "$bin/tok-encode" -t "$2" "$3" >"$work/ours" || { fail=1; return; }
   node "$js" "$2" "$3" >"$work/hf" || { fail=1; return; }
   check "$1: HF ids = tok-encode ids" "$work/hf" "$work/ours"
-  [ "${4:-}" = lossy ] && return  # the Whitespace pre-tokenizer drops the spaces
+  [ "${4:-}" = lossy ] && return  # Whitespace drops the spaces; NFKC changes characters
   node "$js" --decode "$2" "$3" >"$work/hf_text" || { fail=1; return; }
   check "$1: HF decodes back the text" "$3" "$work/hf_text"
 }
@@ -46,6 +46,16 @@ for pre in gpt2 cl100k llama3 o200k whitespace none; do
 done
 "$bin/tok-train" -q --vocab-size 600 --initial-alphabet bytes -o "$work/bytes.json" "$text" || fail=1
 compare "trained with all 256 bytes" "$work/bytes.json" "$text"
+
+# SentencePiece BPE written as an HF tokenizer.json (Precompiled NFKC map, byte fallback),
+# and the same training as a .model: HF, tok-encode and the .model agree.
+printf 'Ｆｕｌｌ-width ﬁ ligatures①, non\302\240breaking\302\240\302\240spaces\n' >>"$text"
+"$bin/tok-train" -q -m sp-bpe --vocab-size 800 -o "$work/sp.json" "$text" || fail=1
+"$bin/tok-train" -q -m sp-bpe --vocab-size 800 -o "$work/sp.model" "$text" || fail=1
+compare "sp-bpe tokenizer.json" "$work/sp.json" "$text" lossy
+"$bin/tok-encode" -t "$work/sp.model" "$text" >"$work/model.ids" || fail=1
+"$bin/tok-encode" -t "$work/sp.json" "$text" >"$work/json.ids" || fail=1
+check "sp-bpe: the .json and the .model give the same ids" "$work/model.ids" "$work/json.ids"
 
 if have_data; then
   head -n 2000 "$data/slices/en_1M.txt" >"$work/en.txt"

@@ -216,3 +216,21 @@ TEST_CASE("SentencePiece unigram: n-best and sampled segmentations", "[tok][spm]
   }
   CHECK(seen.size() == nb.size());
 }
+
+#include "lmpipe/tok/sp_charsmap.h"
+
+TEST_CASE("NFKC character map: every character mapped alone", "[tok][spm][charsmap]") {
+  SpNormalizer n;
+  REQUIRE(n.load_charsmap(build_charsmap(false), "nfkc").ok());
+  std::string out;
+  n.apply_charsmap("a\xC2\xA0\xC2\xA0" "b", out);  // two no-break spaces: two spaces, not one
+  CHECK(out == "a  b");
+  n.apply_charsmap("\xEF\xAC\x81ne \xEF\xBC\xA6 \xE2\x91\xA0", out);  // ﬁ, full-width F, ①
+  CHECK(out == "fine F 1");
+  n.apply_charsmap("plain ascii, 中文", out);
+  CHECK(out == "plain ascii, 中文");
+  SpNormalizer cf;
+  REQUIRE(cf.load_charsmap(build_charsmap(true), "nfkc_cf").ok());
+  cf.apply_charsmap("Straße ΣΑΣ", out);
+  CHECK(out == "strasse σασ");
+}

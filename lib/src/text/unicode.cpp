@@ -171,7 +171,7 @@ std::string normalize(std::string_view s, NormalForm form) {
       ascii = false;
       break;
     }
-  if (ascii) return std::string(s);
+  if (ascii && form != NormalForm::nfkc_cf) return std::string(s);  // ASCII is NFC/NFD/NFKC/NFKD already
   const UNormalizer2* n = instance(form);
   std::string out;
   out.reserve(s.size());

@@ -150,6 +150,22 @@ std::pair<std::string_view, std::size_t> SpNormalizer::match(std::string_view s)
   return {std::string_view(pool_.c_str() + best_value), best_len};
 }
 
+void SpNormalizer::apply_charsmap(std::string_view in, std::string& out) const {
+  out.clear();
+  while (!in.empty()) {
+    auto m = match(in);
+    if (m.second > 0) {
+      out += m.first;
+      in.remove_prefix(m.second);
+      continue;
+    }
+    std::size_t n = utf8_len(in);
+    if (n == 0) n = 1;
+    out.append(in.substr(0, n));
+    in.remove_prefix(n);
+  }
+}
+
 void SpNormalizer::normalize(std::string_view in, std::string& out) const {
   out.clear();
   // The next normalized piece of `in` and the bytes it consumes.

@@ -17,12 +17,15 @@ namespace {
 struct Builder {
   std::vector<std::uint32_t> units;
   std::vector<bool> used;
+  std::vector<bool> used_base;  // a base serves one node only: darts-clone knows a
+                                // unit's parent only by its label, at parent base ^ label
   std::size_t scan = 1;
 
   void ensure(std::size_t n) {
     if (n > units.size()) {
       units.resize(n, 0);
       used.resize(n, false);
+      used_base.resize(n, false);
     }
   }
   static std::uint32_t encode_offset(std::uint32_t offset) { return offset << 10; }  // offsets stay < 2^21
@@ -88,7 +91,7 @@ std::string build_charsmap(bool case_fold) {
       std::size_t base = b.scan;
       for (;; ++base) {
         b.ensure(base + 512);
-        bool ok = !leaf || !b.used[base];
+        bool ok = !b.used_base[base] && (!leaf || !b.used[base]);
         for (unsigned char c : labels)
           if (b.used[base ^ c]) {
             ok = false;
@@ -96,6 +99,7 @@ std::string build_charsmap(bool case_fold) {
           }
         if (ok) break;
       }
+      b.used_base[base] = true;
       while (b.scan < b.used.size() && b.used[b.scan]) ++b.scan;
       auto offset = static_cast<std::uint32_t>(t.index ^ base);
       b.units[t.index] = (b.units[t.index] & 0xFFu) | Builder::encode_offset(offset) | (leaf ? 1u << 8 : 0u);

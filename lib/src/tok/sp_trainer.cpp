@@ -9,6 +9,7 @@
 
 #include "lmpipe/text/unicode.h"
 #include "lmpipe/core/double_array.h"
+#include "lmpipe/core/json.h"
 #include "lmpipe/tok/sp_charsmap.h"
 #include "lmpipe/core/parallel.h"
 #include "lmpipe/core/string_map.h"
@@ -158,8 +159,87 @@ void sp_count_words(std::string_view s, bool split_digits, WordCountMap& counts)
   emit(s.size());
 }
 
+namespace {
+std::string base64(std::string_view in) {
+  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    std::uint32_t v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) |
+                      static_cast<unsigned char>(in[i + 2]);
+    for (int k = 3; k >= 0; --k) out += t[(v >> (6 * k)) & 63];
+  }
+  if (i < in.size()) {
+    std::uint32_t v = static_cast<unsigned char>(in[i]) << 16;
+    if (i + 1 < in.size()) v |= static_cast<unsigned char>(in[i + 1]) << 8;
+    out += t[(v >> 18) & 63];
+    out += t[(v >> 12) & 63];
+    out += i + 1 < in.size() ? t[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+// The trained pieces as an HF tokenizer.json (SentencePiece-style BPE).
+std::string hf_sp_bpe_json(const std::vector<Piece>& pieces, const SpBpeTrainerConfig& cfg) {
+  auto str = [](std::string& o, std::string_view s) { json::append_string(o, s); };
+  std::string o = R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[)";
+  for (int id = 0; id < 3; ++id) {
+    if (id) o += ",";
+    o += fmt::format(R"({{"id":{},"content":)", id);
+    str(o, pieces[static_cast<std::size_t>(id)].text);
+    o += R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true})";
+  }
+  o += R"(],"normalizer":{"type":"Sequence","normalizers":[)";
+  if (!cfg.normalizer.charsmap.empty()) {
+    o += R"({"type":"Precompiled","precompiled_charsmap":)";
+    str(o, base64(cfg.normalizer.charsmap));
+    o += "},";
+  }
+  o += R"({"type":"Prepend","prepend":"▁"},{"type":"Replace","pattern":{"String":" "},"content":"▁"}]},)";
+  o += R"("pre_tokenizer":null,"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},)"
+       R"({"Sequence":{"id":"A","type_id":0}}],"pair":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}},)"
+       R"({"SpecialToken":{"id":"<s>","type_id":1}},{"Sequence":{"id":"B","type_id":1}}],"special_tokens":{"<s>":{"id":"<s>","ids":[1],"tokens":["<s>"]}}},)";
+  o += R"("decoder":{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"▁"},"content":" "},)"
+       R"({"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]},)";
+  o += R"("model":{"type":"BPE","dropout":null,"unk_token":"<unk>","continuing_subword_prefix":null,"end_of_word_suffix":null,)";
+  o += fmt::format(R"("fuse_unk":true,"byte_fallback":{},"ignore_merges":false,"vocab":{{)", cfg.byte_fallback);
+  std::unordered_map<std::string_view, std::size_t> id_of;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (i) o += ",";
+    str(o, pieces[i].text);
+    o += ":" + std::to_string(i);
+    id_of.emplace(pieces[i].text, i);
+  }
+  o += R"(},"merges":[)";
+  // Pieces by score, highest first (the merged pieces, in the order they were made):
+  // every split of each into two pieces is a merge.
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    if (pieces[i].type == 1) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return pieces[a].score > pieces[b].score; });
+  bool first = true;
+  for (std::size_t i : order) {
+    std::string_view p = pieces[i].text;
+    const auto* u = reinterpret_cast<const unsigned char*>(p.data());
+    for (std::size_t k = text::decode_utf8(u, p.size(), 0).len; k < p.size(); k += text::decode_utf8(u, p.size(), k).len) {
+      if (!id_of.count(p.substr(0, k)) || !id_of.count(p.substr(k))) continue;
+      if (!first) o += ",";
+      first = false;
+      o += "[";
+      str(o, p.substr(0, k));
+      o += ",";
+      str(o, p.substr(k));
+      o += "]";
+    }
+  }
+  o += "]}}";
+  return o;
+}
+}  // namespace
+
 Result<std::string> train_sp_bpe(const WordCountMap& counts, const SpBpeTrainerConfig& cfg, SpTrainReport& report,
-                                 const TrainProgress& progress) {
+                                 const TrainProgress& progress, std::string* hf_json) {
   report = SpTrainReport{};
   std::vector<Piece> head = {{"<unk>", 0, 2}, {"<s>", 0, 3}, {"</s>", 0, 3}};
   if (cfg.byte_fallback) {
@@ -273,6 +353,7 @@ Result<std::string> train_sp_bpe(const WordCountMap& counts, const SpBpeTrainerC
   for (auto& p : pieces)
     if (seen.emplace(p.text, unique.size()).second) unique.push_back(std::move(p));
   report.vocab = unique.size();
+  if (hf_json) *hf_json = hf_sp_bpe_json(unique, cfg);
   return model_proto(unique, cfg);
 }
 

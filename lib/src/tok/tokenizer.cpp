@@ -44,6 +44,7 @@ Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vect
       bert_(spec.bert),
       prefix_space_(spec.prefix_space),
       metaspace_(spec.metaspace),
+      charsmap_(std::move(spec.charsmap)),
       decoder_(spec.decoder),
       template_prefix_(std::move(spec.template_prefix)),
       template_suffix_(std::move(spec.template_suffix)),
@@ -138,8 +139,13 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
     t = s.norm_;
   } else if (metaspace_) {
     static constexpr std::string_view kMeta = "\xE2\x96\x81";  // ▁
+    std::string_view src = seg;
+    if (charsmap_) {
+      charsmap_->apply_charsmap(seg, s.mapped_);
+      src = s.mapped_;
+    }
     s.norm_.assign(kMeta);
-    for (char c : seg) {
+    for (char c : src) {
       if (c == ' ') s.norm_ += kMeta;
       else s.norm_ += c;
     }

@@ -238,6 +238,7 @@ Error locate_merge_error(Error e, std::size_t n_merges, Where&& where) {
 
 Result<std::unique_ptr<Tokenizer>> load_wordpiece_json(json::Value root, const std::string& name);
 Status parse_template(json::Value pp, TokenizerSpec& spec);
+bool b64_decode(std::string_view in, std::string& out);
 
 constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // ▁
 
@@ -258,11 +259,20 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(json::Value root, con
   // The normalizer must be the metaspace one (anything else would silently differ).
   json::Value norm = root.get("normalizer");
   bool prepend = false, replace = false;
+  std::shared_ptr<SpNormalizer> charsmap;
   json::Value list = norm.get("type").str() == "Sequence" ? norm.get("normalizers") : json::Value();
   for (std::size_t i = 0; i < list.size(); ++i) {
     json::Value n = list[i];
     std::string_view t = n.get("type").str();
-    if (t == "Prepend" && n.get("prepend").str() == kMetaspace) prepend = true;
+    if (t == "Precompiled" && i == 0 && n.get("precompiled_charsmap").is_string()) {
+      std::string blob;
+      if (!b64_decode(n.get("precompiled_charsmap").str(), blob))
+        return make_error(Errc::parse, "{}: precompiled_charsmap is not base64", n.where());
+      charsmap = std::make_shared<SpNormalizer>();
+      LMP_TRY(charsmap->load_charsmap(blob, n.where()));
+      // HF applies the map per grapheme cluster and then per character; lmpipe's maps
+      // (and the ones SentencePiece builds for one character) give the same result.
+    } else if (t == "Prepend" && n.get("prepend").str() == kMetaspace) prepend = true;
     else if (t == "Replace" && n.get("pattern").get("String").str() == " " && n.get("content").str() == kMetaspace) replace = true;
     else return make_error(Errc::unsupported, "{}: normalizer '{}' is not supported in a SentencePiece-style BPE", n.where(), t);
   }
@@ -308,6 +318,7 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(json::Value root, con
   bpe->set_char_level(unk, flag("byte_fallback"), flag("fuse_unk"));
   TokenizerSpec spec;
   spec.metaspace = true;
+  spec.charsmap = std::move(charsmap);
   // HF has no pre-tokenizer here: a line is one word. When no token holds ▁ after
   // another character, no merge crosses the start of a word, and encoding word by word
   // (through the piece cache) gives the same tokens.

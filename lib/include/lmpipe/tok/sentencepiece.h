@@ -38,6 +38,9 @@ class SpNormalizer {
   // Load the precompiled charsmap blob (u32 trie size, trie units, string pool).
   Status load_charsmap(std::string_view blob, const std::string& where);
   void normalize(std::string_view in, std::string& out) const;
+  // The character map alone (what HF's Precompiled normalizer does with a map of
+  // one-character rules): each rule's replacement, other characters as they are.
+  void apply_charsmap(std::string_view in, std::string& out) const;
 
  private:
   // Longest rule matching a prefix of `s`: (replacement, bytes consumed); consumed 0 if none.

@@ -71,8 +71,11 @@ struct UnigramTrainerConfig : SpBpeTrainerConfig {
 Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTrainerConfig& cfg, SpTrainReport& report,
                                      const TrainProgress& progress = {});
 
-// Train; returns the serialized ModelProto (.model bytes).
+// Train; returns the serialized ModelProto (.model bytes). With `hf_json`, also the same
+// tokenizer as an HF tokenizer.json (SentencePiece-style BPE: Precompiled character map,
+// Prepend/Replace ▁, byte fallback; merges: every split of a piece into two pieces, in
+// the order of the pieces' scores).
 Result<std::string> train_sp_bpe(const WordCountMap& counts, const SpBpeTrainerConfig& cfg, SpTrainReport& report,
-                                 const TrainProgress& progress = {});
+                                 const TrainProgress& progress = {}, std::string* hf_json = nullptr);
 
 }  // namespace lmp::tok

@@ -18,6 +18,7 @@
 #include "lmpipe/tok/bpe.h"
 #include "lmpipe/tok/model.h"
 #include "lmpipe/tok/pre_tokenizer.h"
+#include "lmpipe/tok/sentencepiece.h"
 #include "lmpipe/tok/types.h"
 
 namespace lmp::tok {
@@ -51,6 +52,8 @@ struct TokenizerSpec {
   // HF's SentencePiece-style normalizer (Prepend "▁", Replace " " → "▁"): every
   // non-empty segment gets a leading ▁ and its spaces become ▁.
   bool metaspace = false;
+  // HF's Precompiled normalizer (a SentencePiece character map), applied first.
+  std::shared_ptr<const SpNormalizer> charsmap;
   Decoder decoder = Decoder::byte_level;
   // Added around every sequence by --add-special (HF's TemplateProcessing "single").
   std::vector<TokenId> template_prefix, template_suffix;
@@ -82,6 +85,7 @@ class Session {
  private:
   friend class Tokenizer;
   std::deque<std::string> words_;  // SentencePiece: word texts behind `pieces` records
+  std::string mapped_;             // the segment after a Precompiled character map
   struct CacheEntry {
     std::string key;
     std::vector<TokenId> ids;
@@ -131,6 +135,7 @@ class Tokenizer {
   Normalization normalization() const { return norm_; }
   bool prefix_space() const { return prefix_space_; }
   bool metaspace() const { return metaspace_; }
+  const SpNormalizer* charsmap() const { return charsmap_.get(); }
 
  private:
   void encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s) const;
@@ -145,6 +150,7 @@ class Tokenizer {
   std::optional<text::BertNormalization> bert_;
   bool prefix_space_ = false;
   bool metaspace_ = false;
+  std::shared_ptr<const SpNormalizer> charsmap_;
   Decoder decoder_ = Decoder::byte_level;
   std::vector<TokenId> template_prefix_, template_suffix_;
   std::vector<AddedToken> added_;        // sorted by content length, longest first
