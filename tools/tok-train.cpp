@@ -166,9 +166,15 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
   cli::Progress progress("merging");
   std::string model;
   if (o.model == "unigram") {
-    LMP_ASSIGN(model, tok::train_sp_unigram(counts, cfg, rep, [&](std::size_t round, std::size_t) {
-                 progress.update(0.0, fmt::format("EM and pruning, round {}", round));
-               }));
+    std::string json;
+    bool json_out = o.output.size() > 5 && o.output.substr(o.output.size() - 5) == ".json";
+    LMP_ASSIGN(model, tok::train_sp_unigram(
+                          counts, cfg, rep,
+                          [&](std::size_t round, std::size_t) {
+                            progress.update(0.0, fmt::format("EM and pruning, round {}", round));
+                          },
+                          json_out ? &json : nullptr));
+    if (json_out) model = std::move(json);
   } else {
     std::string json;
     bool json_out = o.output.size() > 5 && o.output.substr(o.output.size() - 5) == ".json";
@@ -274,11 +280,9 @@ int main(int argc, char** argv) {
       if (app.count("--pre-tokenizer")) throw cli::UsageError(o.model + " has no pre-tokenizer; --pre-tokenizer is for -m bpe");
       if (!o.special_tokens.empty()) throw cli::UsageError(o.model + " has <unk>, <s> and </s>; -S is for -m bpe and wordpiece");
       bool json_out = o.output.size() > 5 && o.output.substr(o.output.size() - 5) == ".json";
-      if (json_out && o.model == "unigram")
-        throw cli::UsageError("unigram writes a SentencePiece model (*.model); an HF Unigram tokenizer.json is not written yet");
       if (!json_out && (o.output.size() < 7 || o.output.substr(o.output.size() - 6) != ".model"))
         throw cli::UsageError(o.model + " writes a SentencePiece model (*.model)" +
-                              (o.model == "sp-bpe" ? " or an HF tokenizer.json (*.json)" : ""));
+                              " or an HF tokenizer.json (*.json)");
       return train_sp(o, t0);
     }
     if (app.count("--character-coverage") || o.split_digits || o.no_byte_fallback || app.count("--normalization"))

@@ -56,6 +56,9 @@ compare "sp-bpe tokenizer.json" "$work/sp.json" "$text" lossy
 "$bin/tok-encode" -t "$work/sp.model" "$text" >"$work/model.ids" || fail=1
 "$bin/tok-encode" -t "$work/sp.json" "$text" >"$work/json.ids" || fail=1
 check "sp-bpe: the .json and the .model give the same ids" "$work/model.ids" "$work/json.ids"
+# A unigram model written as an HF Unigram tokenizer.json: HF and tok-encode agree.
+"$bin/tok-train" -q -m unigram --vocab-size 800 -o "$work/uni.json" "$text" || fail=1
+compare "unigram tokenizer.json" "$work/uni.json" "$text" lossy
 
 if have_data; then
   head -n 2000 "$data/slices/en_1M.txt" >"$work/en.txt"
@@ -64,6 +67,10 @@ if have_data; then
     -o "$work/big.json" "$data/slices/en_1M.txt" "$data/slices/zh_1M.txt" || fail=1
   compare "trained on 2 MB (llama3 split), English" "$work/big.json" "$work/en.txt"
   compare "trained on 2 MB (llama3 split), Chinese" "$work/big.json" "$work/zh.txt"
+  "$bin/tok-train" -q -m unigram --vocab-size 8000 -o "$work/uni-big.json" "$data/slices/en_1M.txt" "$data/slices/zh_1M.txt" ||
+    fail=1
+  compare "unigram trained on 2 MB, English" "$work/uni-big.json" "$work/en.txt" lossy
+  compare "unigram trained on 2 MB, Chinese" "$work/uni-big.json" "$work/zh.txt" lossy
 else
   echo "note: reference data not found at '$data': the 2 MB case is not run"
 fi

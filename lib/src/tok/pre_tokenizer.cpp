@@ -276,6 +276,22 @@ class MetaspaceWords final : public PreTokenizer {
   std::string_view pattern() const override { return ""; }
 };
 
+// HF's Metaspace pre-tokenizer with split: every ▁ starts a new piece (MergedWithNext).
+class MetaspaceSplit final : public PreTokenizer {
+ public:
+  void split(std::string_view s, std::vector<Range>& out) const override {
+    static constexpr std::string_view kMeta = "\xE2\x96\x81";
+    std::size_t start = 0;
+    for (std::size_t i = s.find(kMeta, 1); i != std::string_view::npos; i = s.find(kMeta, i + 1)) {
+      if (i > start) out.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(i)});
+      start = i;
+    }
+    if (s.size() > start) out.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(s.size())});
+  }
+  std::string_view name() const override { return "metaspace"; }
+  std::string_view pattern() const override { return ""; }
+};
+
 class NoPreTokenizer final : public PreTokenizer {
  public:
   void split(std::string_view s, std::vector<Range>& out) const override {
@@ -430,6 +446,7 @@ Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name) 
   if (name == "none") return std::unique_ptr<PreTokenizer>(new NoPreTokenizer());
   if (name == "bert") return std::unique_ptr<PreTokenizer>(new BertPreTokenizer());
   if (name == "metaspace-words") return std::unique_ptr<PreTokenizer>(new MetaspaceWords());
+  if (name == "metaspace") return std::unique_ptr<PreTokenizer>(new MetaspaceSplit());
   return make_error(Errc::invalid_argument,
                     "unknown pre-tokenizer '{}' (known: gpt2, cl100k, llama3, o200k, whitespace, bert, none)",
                     name);

@@ -403,6 +403,114 @@ Result<SentencePieceModel> SentencePieceModel::parse(std::string_view proto, con
   return m;
 }
 
+Result<SentencePieceModel> SentencePieceModel::from_hf_unigram(std::vector<std::pair<std::string, double>> vocab,
+                                                              TokenId unk_id, bool byte_fallback,
+                                                              const std::string& name) {
+  SentencePieceModel m;
+  m.hf_ = true;
+  m.kind_ = Kind::unigram;
+  m.byte_ids_.fill(-1);
+  m.byte_fallback_ = byte_fallback;
+  m.norm_.add_dummy_prefix = false;  // the Tokenizer normalizes
+  m.norm_.remove_extra_whitespaces = false;
+  m.norm_.escape_whitespaces = false;
+  m.unk_id_ = unk_id;
+  if (vocab.empty()) return make_error(Errc::parse, "{}: the Unigram vocabulary is empty", name);
+  if (unk_id < 0 || static_cast<std::size_t>(unk_id) >= vocab.size())
+    return make_error(Errc::parse, "{}: unk_id {} is outside the vocabulary ({} pieces)", name, unk_id, vocab.size());
+  m.min_score64_ = std::numeric_limits<double>::infinity();
+  std::vector<std::pair<std::string_view, std::int32_t>> keys;
+  m.ids_.reserve(vocab.size());
+  for (std::size_t i = 0; i < vocab.size(); ++i) {
+    m.pieces_.push_back(std::move(vocab[i].first));
+    m.scores64_.push_back(vocab[i].second);
+    m.scores_.push_back(static_cast<float>(vocab[i].second));
+    m.types_.push_back(static_cast<TokenId>(i) == unk_id ? SpPieceType::unknown : SpPieceType::normal);
+    m.min_score64_ = std::min(m.min_score64_, vocab[i].second);
+  }
+  for (std::size_t i = 0; i < m.pieces_.size(); ++i) {
+    const std::string& p = m.pieces_[i];
+    if (p.empty()) return make_error(Errc::parse, "{}: piece {} is empty", name, i);
+    if (!m.ids_.insert(p, static_cast<TokenId>(i))) continue;  // HF: the later id wins in its map; keep the first
+    keys.emplace_back(p, static_cast<std::int32_t>(i));
+    if (p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>') {
+      unsigned v = 0;
+      bool ok = true;
+      for (int k = 3; k < 5; ++k) {
+        char c = p[static_cast<std::size_t>(k)];
+        if (c >= '0' && c <= '9') v = v * 16 + static_cast<unsigned>(c - '0');
+        else if (c >= 'A' && c <= 'F') v = v * 16 + static_cast<unsigned>(c - 'A' + 10);
+        else ok = false;
+      }
+      if (ok) m.byte_ids_[v] = static_cast<TokenId>(i);
+    }
+  }
+  m.trie_.build(std::move(keys));
+  return m;
+}
+
+// HF's Unigram::encode_optimized: f64 sums, a later candidate wins only when strictly
+// better, a run of unknown characters fused into one piece.
+void SentencePieceModel::unigram_hf(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out) const {
+  struct Node {
+    TokenId id = -1;
+    double score = 0;
+    std::int64_t starts_at = -1;
+  };
+  const std::size_t size = text.size();
+  std::vector<Node> best(size + 1);
+  const double unk_score = min_score64_ - static_cast<double>(kUnkPenalty);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  for (std::size_t start = 0; start < size;) {
+    const double here = best[start].score;
+    std::size_t mblen = utf8_len(text.substr(start));
+    if (mblen == 0) mblen = 1;
+    mblen = std::min(mblen, size - start);
+    bool single = false;
+    std::int32_t node = 0;
+    for (std::size_t k = start; k < size; ++k) {
+      node = trie_.step(node, bytes[k]);
+      if (node < 0) break;
+      TokenId id = trie_.value(node);
+      if (id < 0) continue;
+      double cand = scores64_[static_cast<std::size_t>(id)] + here;
+      Node& b = best[k + 1];
+      if (b.starts_at == -1 || cand > b.score) {
+        b.score = cand;
+        b.starts_at = static_cast<std::int64_t>(start);
+        b.id = id;
+      }
+      if (k + 1 - start == mblen) single = true;
+    }
+    if (!single) {
+      Node& b = best[start + mblen];
+      double cand = unk_score + here;
+      if (b.starts_at == -1 || cand > b.score) {
+        b.score = cand;
+        b.starts_at = static_cast<std::int64_t>(start);
+        b.id = unk_id_;
+      }
+    }
+    start += mblen;
+  }
+  std::size_t first = out.size();
+  std::size_t unk_end = 0;  // end of the run of unknown pieces being fused (0: none)
+  for (std::size_t end = size; end > 0;) {
+    const Node& b = best[end];
+    auto st = static_cast<std::size_t>(b.starts_at);
+    if (b.id == unk_id_) {
+      if (unk_end == 0) unk_end = end;
+    } else {
+      if (unk_end) out.emplace_back(text.substr(end, unk_end - end), unk_id_);
+      unk_end = 0;
+      out.emplace_back(text.substr(st, end - st), b.id);
+    }
+    end = st;
+  }
+  if (unk_end) out.emplace_back(text.substr(0, unk_end), unk_id_);
+  std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+}
+
 std::size_t SentencePieceModel::match_user_defined(std::string_view s) const {
   for (std::string_view u : user_defined_)
     if (s.size() >= u.size() && s.compare(0, u.size(), u) == 0) return u.size();
@@ -410,6 +518,10 @@ std::size_t SentencePieceModel::match_user_defined(std::string_view s) const {
 }
 
 void SentencePieceModel::encode(std::string_view text, std::vector<TokenId>& out, ModelScratch& s) const {
+  if (hf_) {  // normalized by the Tokenizer
+    encode_normalized(text, out, s);
+    return;
+  }
   norm_.normalize(text, s.sp_text);
   encode_normalized(s.sp_text, out, s);
 }
@@ -418,7 +530,9 @@ void SentencePieceModel::encode_normalized(std::string_view text, std::vector<To
   if (text.empty()) return;
   auto& pieces = s.sp_pieces;
   pieces.clear();
-  if (kind_ == Kind::unigram) {
+  if (hf_) {
+    unigram_hf(text, pieces);
+  } else if (kind_ == Kind::unigram) {
     unigram(text, pieces, s.sp_best);
   } else if (!ws_split_) {
     bpe(text, pieces, s);

@@ -544,8 +544,51 @@ void run_chunks(std::size_t n, int threads, F&& f) {
 
 }  // namespace
 
+namespace {
+std::string hf_unigram_json(const std::vector<Piece>& pieces, const SpBpeTrainerConfig& cfg) {
+  auto str = [](std::string& o, std::string_view s) { json::append_string(o, s); };
+  std::string o = R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[)";
+  for (int id = 0; id < 3; ++id) {
+    if (id) o += ",";
+    o += fmt::format(R"({{"id":{},"content":)", id);
+    str(o, pieces[static_cast<std::size_t>(id)].text);
+    o += R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true})";
+  }
+  // SentencePiece's normalization in HF's terms: the character map, a ▁ always in front,
+  // spaces as ▁, no pre-tokenizer (a line is one lattice, as in spm_encode).
+  o += R"(],"normalizer":{"type":"Sequence","normalizers":[)";
+  if (!cfg.normalizer.charsmap.empty()) {
+    o += R"({"type":"Precompiled","precompiled_charsmap":)";
+    str(o, base64(cfg.normalizer.charsmap));
+    o += "},";
+  }
+  o += R"({"type":"Prepend","prepend":"▁"},{"type":"Replace","pattern":{"String":" "},"content":"▁"}]},"pre_tokenizer":null,)";
+  o += R"("post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},)"
+       R"({"Sequence":{"id":"A","type_id":0}}],"pair":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}},)"
+       R"({"SpecialToken":{"id":"<s>","type_id":1}},{"Sequence":{"id":"B","type_id":1}}],"special_tokens":{"<s>":{"id":"<s>","ids":[1],"tokens":["<s>"]}}},)";
+  o += R"("decoder":{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"▁"},"content":" "},)"
+       R"({"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]},)";
+  o += fmt::format(R"("model":{{"type":"Unigram","unk_id":0,"byte_fallback":{},"vocab":[)", cfg.byte_fallback);
+  // HF scores an unknown character 10 below the lowest score of all pieces; SentencePiece
+  // below the lowest normal piece. Giving the special and byte pieces that lowest score
+  // (they are never chosen by score: specials match as added tokens, bytes by fallback)
+  // makes the two agree.
+  float lowest = 0;
+  for (const auto& p : pieces)
+    if (p.type == 1) lowest = std::min(lowest, p.score);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (i) o += ",";
+    o += "[";
+    str(o, pieces[i].text);
+    o += fmt::format(",{}]", static_cast<double>(pieces[i].type == 1 ? pieces[i].score : lowest));
+  }
+  o += "]}}";
+  return o;
+}
+}  // namespace
+
 Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTrainerConfig& cfg, SpTrainReport& report,
-                                     const TrainProgress& progress) {
+                                     const TrainProgress& progress, std::string* hf_json) {
   report = SpTrainReport{};
   std::vector<Piece> head = {{"<unk>", 0, 2}, {"<s>", 0, 3}, {"</s>", 0, 3}};
   if (cfg.byte_fallback) {
@@ -836,6 +879,7 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
   report.vocab = pieces.size();
   report.merges = rounds;
   report.stop = pieces.size() >= cfg.vocab_size ? StopReason::vocab_full : StopReason::no_pairs;
+  if (hf_json) *hf_json = hf_unigram_json(pieces, cfg);
   return model_proto(pieces, cfg, 1);
 }
 

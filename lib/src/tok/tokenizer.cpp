@@ -44,6 +44,7 @@ Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vect
       bert_(spec.bert),
       prefix_space_(spec.prefix_space),
       metaspace_(spec.metaspace),
+      metaspace_if_missing_(spec.metaspace_if_missing),
       charsmap_(std::move(spec.charsmap)),
       decoder_(spec.decoder),
       template_prefix_(std::move(spec.template_prefix)),
@@ -144,7 +145,7 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
       charsmap_->apply_charsmap(seg, s.mapped_);
       src = s.mapped_;
     }
-    s.norm_.assign(kMeta);
+    s.norm_.assign(metaspace_if_missing_ && !src.empty() && src[0] == ' ' ? "" : kMeta);
     for (char c : src) {
       if (c == ' ') s.norm_ += kMeta;
       else s.norm_ += c;

@@ -239,6 +239,7 @@ Error locate_merge_error(Error e, std::size_t n_merges, Where&& where) {
 Result<std::unique_ptr<Tokenizer>> load_wordpiece_json(json::Value root, const std::string& name);
 Status parse_template(json::Value pp, TokenizerSpec& spec);
 bool b64_decode(std::string_view in, std::string& out);
+Result<std::unique_ptr<Tokenizer>> load_unigram_json(json::Value root, const std::string& name);
 
 constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // ▁
 
@@ -351,6 +352,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const s
   std::string_view type = model.get("type").str();
   if (type.empty() && model.get("merges").valid()) type = "BPE";
   if (type == "WordPiece") return load_wordpiece_json(root, name);
+  if (type == "Unigram") return load_unigram_json(root, name);
   if (type == "BPE" && is_metaspace_bpe(root)) return load_metaspace_bpe_json(root, name);
   if (type != "BPE")
     return make_error(Errc::unsupported, "{}: model type '{}' is not supported (byte-level BPE and WordPiece are)",
@@ -577,6 +579,95 @@ Result<std::unique_ptr<Tokenizer>> load_sentencepiece(const std::string& path) {
   TokenizerInfo info{path, "sentencepiece", "none"};
   return std::make_unique<Tokenizer>(std::move(sp), std::move(spec), std::vector<AddedToken>{}, std::move(info));
 }
+
+// ---- HF Unigram tokenizer.json --------------------------------------------------------
+
+namespace {
+
+Result<std::unique_ptr<Tokenizer>> load_unigram_json(json::Value root, const std::string& name) {
+  json::Value model = root.get("model");
+  json::Value vocab = model.get("vocab");
+  if (!vocab.is_array()) return make_error(Errc::parse, "{}: a Unigram vocab must be an array of [piece, score]", model.where());
+  std::vector<std::pair<std::string, double>> pieces;
+  pieces.reserve(vocab.size());
+  for (std::size_t i = 0; i < vocab.size(); ++i) {
+    json::Value e = vocab[i];
+    if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number())
+      return make_error(Errc::parse, "{}: vocab entry {} must be [piece, score]", e.where(), i);
+    pieces.emplace_back(std::string(e[0].str()), e[1].num());
+  }
+  auto unk = model.get("unk_id").integer();
+  if (!unk) return make_error(Errc::unsupported, "{}: a Unigram model without unk_id is not supported", model.where());
+  bool byte_fallback = model.get("byte_fallback").is_bool() && model.get("byte_fallback").boolean();
+  LMP_ASSIGN(auto m, SentencePieceModel::from_hf_unigram(std::move(pieces), static_cast<TokenId>(*unk), byte_fallback, name));
+  auto sp = std::make_unique<SentencePieceModel>(std::move(m));
+
+  TokenizerSpec spec;
+  // Normalizer: none, or a Precompiled character map (alone or first in a Sequence).
+  json::Value norm = root.get("normalizer");
+  std::vector<json::Value> steps;
+  if (norm.get("type").str() == "Sequence")
+    for (std::size_t i = 0; i < norm.get("normalizers").size(); ++i) steps.push_back(norm.get("normalizers")[i]);
+  else if (norm.is_object())
+    steps.push_back(norm);
+  bool prepend = false, replace = false;
+  for (json::Value n : steps) {
+    std::string_view t = n.get("type").str();
+    if (t == "Prepend" && n.get("prepend").str() == kMetaspace) {
+      prepend = true;
+      continue;
+    }
+    if (t == "Replace" && n.get("pattern").get("String").str() == " " && n.get("content").str() == kMetaspace) {
+      replace = true;
+      continue;
+    }
+    if (t != "Precompiled" || !n.get("precompiled_charsmap").is_string())
+      return make_error(Errc::unsupported, "{}: normalizer '{}' is not supported with a Unigram model", n.where(), t);
+    std::string blob;
+    if (!b64_decode(n.get("precompiled_charsmap").str(), blob))
+      return make_error(Errc::parse, "{}: precompiled_charsmap is not base64", n.where());
+    auto cm = std::make_shared<SpNormalizer>();
+    LMP_TRY(cm->load_charsmap(blob, n.where()));
+    spec.charsmap = std::move(cm);
+  }
+  json::Value pre = root.get("pre_tokenizer");
+  if (prepend && replace && pre.is_null()) {  // SentencePiece's form: ▁ always in front, a line is one lattice
+    spec.metaspace = true;
+    spec.decoder = Decoder::metaspace;
+    LMP_TRY(parse_template(root.get("post_processor"), spec));
+    LMP_ASSIGN(auto added0, parse_added(root.get("added_tokens")));
+    LMP_TRY(check_added_ids(added0, sp->vocab_size(), root.get("added_tokens").where()));
+    TokenizerInfo info0{name, "tokenizer.json", "none"};
+    return std::make_unique<Tokenizer>(std::move(sp), std::move(spec), std::move(added0), std::move(info0));
+  }
+  if (prepend || replace)
+    return make_error(Errc::unsupported, "{}: Prepend/Replace ▁ normalizers need both, and no pre-tokenizer", norm.where());
+  // Pre-tokenizer: Metaspace (▁, prepended unless already there; split into words or not).
+  if (pre.get("type").str() == "Sequence" && pre.get("pretokenizers").size() == 1) pre = pre.get("pretokenizers")[0];
+  if (pre.get("type").str() != "Metaspace")
+    return make_error(Errc::unsupported, "{}: a Unigram tokenizer.json needs the Metaspace pre-tokenizer",
+                      pre.valid() ? pre.where() : name);
+  if (pre.get("replacement").is_string() && pre.get("replacement").str() != kMetaspace)
+    return make_error(Errc::unsupported, "{}: a Metaspace replacement other than ▁", pre.where());
+  std::string_view scheme = pre.get("prepend_scheme").is_string() ? pre.get("prepend_scheme").str() : "always";
+  if (pre.get("add_prefix_space").is_bool() && !pre.get("add_prefix_space").boolean()) scheme = "never";
+  if (scheme != "always")
+    return make_error(Errc::unsupported, "{}: Metaspace prepend_scheme '{}' is not supported (always is)", pre.where(), scheme);
+  spec.metaspace = true;
+  spec.metaspace_if_missing = true;
+  bool split = !pre.get("split").is_bool() || pre.get("split").boolean();
+  if (split) {
+    LMP_ASSIGN(spec.pre, make_pre_tokenizer("metaspace"));
+  }
+  spec.decoder = Decoder::metaspace;
+  LMP_TRY(parse_template(root.get("post_processor"), spec));
+  LMP_ASSIGN(auto added, parse_added(root.get("added_tokens")));
+  LMP_TRY(check_added_ids(added, sp->vocab_size(), root.get("added_tokens").where()));
+  TokenizerInfo info{name, "tokenizer.json", split ? "metaspace" : "none"};
+  return std::make_unique<Tokenizer>(std::move(sp), std::move(spec), std::move(added), std::move(info));
+}
+
+}  // namespace
 
 // ---- GPT-2 vocab.json + merges.txt ------------------------------------------------
 

@@ -54,6 +54,13 @@ class SentencePieceModel final : public Model {
   enum class Kind { unigram, bpe };
   // Parse a serialized ModelProto; `name` locates errors.
   static Result<SentencePieceModel> parse(std::string_view proto, const std::string& name);
+  // HF's Unigram model (tokenizer.json): every vocabulary entry is a piece in the
+  // lattice, scores are f64 sums as HF computes them, the unknown score is the lowest
+  // of all minus 10, a run of unknown characters is one piece (its bytes with byte
+  // fallback). Normalization is the Tokenizer's (HF's normalizer and Metaspace).
+  static Result<SentencePieceModel> from_hf_unigram(std::vector<std::pair<std::string, double>> vocab, TokenId unk_id,
+                                                   bool byte_fallback, const std::string& name);
+  bool hf() const { return hf_; }
 
   ModelType type() const override { return ModelType::sentencepiece; }
   // Encode one segment of raw text (normalization included).
@@ -121,6 +128,10 @@ class SentencePieceModel final : public Model {
   std::vector<std::string_view> user_defined_;  // longest first
   TokenId unk_id_ = -1, bos_id_ = -1, eos_id_ = -1;
   bool byte_fallback_ = false;
+  bool hf_ = false;             // HF Unigram semantics (from_hf_unigram)
+  std::vector<double> scores64_;  // HF: the f64 scores
+  double min_score64_ = 0;
+  void unigram_hf(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out) const;
   std::array<TokenId, 256> byte_ids_{};
   float min_score_ = 0, max_score_ = 0;
   std::string unk_surface_ = " \xE2\x81\x87 ";

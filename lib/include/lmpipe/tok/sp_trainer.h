@@ -68,8 +68,10 @@ struct UnigramTrainerConfig : SpBpeTrainerConfig {
   int em_sub_iterations = 2;
   int threads = 1;  // EM and pruning threads; the result is the same for any count
 };
+// With `hf_json`, also the same model as an HF Unigram tokenizer.json (Precompiled map,
+// Prepend/Replace ▁, no pre-tokenizer, so that a line is one lattice as in SentencePiece).
 Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTrainerConfig& cfg, SpTrainReport& report,
-                                     const TrainProgress& progress = {});
+                                     const TrainProgress& progress = {}, std::string* hf_json = nullptr);
 
 // Train; returns the serialized ModelProto (.model bytes). With `hf_json`, also the same
 // tokenizer as an HF tokenizer.json (SentencePiece-style BPE: Precompiled character map,

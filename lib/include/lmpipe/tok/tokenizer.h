@@ -52,6 +52,9 @@ struct TokenizerSpec {
   // HF's SentencePiece-style normalizer (Prepend "▁", Replace " " → "▁"): every
   // non-empty segment gets a leading ▁ and its spaces become ▁.
   bool metaspace = false;
+  // With metaspace: HF's Metaspace pre-tokenizer prepends ▁ only when the segment does
+  // not start with one already (the Prepend normalizer always does).
+  bool metaspace_if_missing = false;
   // HF's Precompiled normalizer (a SentencePiece character map), applied first.
   std::shared_ptr<const SpNormalizer> charsmap;
   Decoder decoder = Decoder::byte_level;
@@ -150,6 +153,7 @@ class Tokenizer {
   std::optional<text::BertNormalization> bert_;
   bool prefix_space_ = false;
   bool metaspace_ = false;
+  bool metaspace_if_missing_ = false;
   std::shared_ptr<const SpNormalizer> charsmap_;
   Decoder decoder_ = Decoder::byte_level;
   std::vector<TokenId> template_prefix_, template_suffix_;
