@@ -17,6 +17,7 @@ struct Options {
   std::string model = "bpe", output, format = "hf", pre_tokenizer = "gpt2", initial_alphabet, algo = "likelihood";
   bool cased = false, split_digits = false, no_byte_fallback = false;
   std::string normalization = "nfkc";
+  std::vector<std::string> user_defined, control;
   double character_coverage = 0.9995;
   std::vector<std::string> files, special_tokens;
   std::size_t vocab_size = 30000, limit_alphabet = 0, max_token_length = 0;
@@ -143,7 +144,7 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
         std::size_t nl = chunk.find('\n', pos);
         std::size_t end = nl == std::string::npos ? chunk.size() : nl + 1;
         tok::sp_normalize_line(std::string_view(chunk).substr(pos, end - pos), normalizer, norm);
-        tok::sp_count_words(norm, o.split_digits, counts);
+        tok::sp_count_words(norm, o.split_digits, counts, o.user_defined);
         ++lines;
         pos = end;
       }
@@ -162,6 +163,8 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
   cfg.split_digits = o.split_digits;
   if (o.max_token_length) cfg.max_piece_chars = o.max_token_length;
   cfg.threads = o.threads;
+  cfg.user_defined = o.user_defined;
+  cfg.control = o.control;
   tok::SpTrainReport rep;
   cli::Progress progress("merging");
   std::string model;
@@ -213,6 +216,12 @@ int main(int argc, char** argv) {
                  "sp-bpe: keep the most frequent characters covering this share of the text (0.9995)")
       ->check(CLI::Range(0.5, 1.0));
   app.add_flag("--split-digits", o.split_digits, "sp-bpe, unigram: every digit a piece of its own");
+  app.add_option("--user-defined-symbol", o.user_defined,
+                 "sp-bpe, unigram: a piece matched whole in the text and never trained into (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--control-symbol", o.control,
+                 "sp-bpe, unigram: a piece with an id that never comes from text, like <s> (repeatable)")
+      ->allow_extra_args(false);
   app.add_option("--normalization", o.normalization,
                  "sp-bpe, unigram: nfkc (default), nfkc_cf (NFKC and case folding) or identity (as Llama 2)")
       ->check(CLI::IsMember({"nfkc", "nfkc_cf", "identity"}));
@@ -285,9 +294,11 @@ int main(int argc, char** argv) {
                               " or an HF tokenizer.json (*.json)");
       return train_sp(o, t0);
     }
-    if (app.count("--character-coverage") || o.split_digits || o.no_byte_fallback || app.count("--normalization"))
+    if (app.count("--character-coverage") || o.split_digits || o.no_byte_fallback || app.count("--normalization") ||
+        !o.user_defined.empty() || !o.control.empty())
       throw cli::UsageError(
-          "--character-coverage, --split-digits, --no-byte-fallback and --normalization are for -m sp-bpe and unigram");
+          "--character-coverage, --split-digits, --no-byte-fallback, --normalization, --user-defined-symbol and "
+          "--control-symbol are for -m sp-bpe and unigram");
     if (wordpiece(o)) {
       if (app.count("--pre-tokenizer") || count->count("--pre-tokenizer"))
         throw cli::UsageError("WordPiece uses the BERT split; --pre-tokenizer is for -m bpe");

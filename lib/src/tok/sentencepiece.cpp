@@ -300,7 +300,7 @@ Result<SentencePieceModel> SentencePieceModel::parse(std::string_view proto, con
 
   m.ids_.reserve(m.pieces_.size());
   m.min_score_ = FLT_MAX;
-  m.max_score_ = -FLT_MAX;
+  m.max_score_ = FLT_MIN;  // as SentencePiece: the user-defined bonus is then about -0.1
   for (std::size_t i = 0; i < m.pieces_.size(); ++i) {
     const std::string& p = m.pieces_[i];
     auto id = static_cast<TokenId>(i);

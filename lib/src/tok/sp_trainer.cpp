@@ -83,6 +83,22 @@ std::string model_proto(const std::vector<Piece>& pieces, const SpBpeTrainerConf
   return o;
 }
 
+// The pieces before the trained ones: <unk> <s> </s>, control symbols, user-defined
+// symbols, then the 256 byte pieces with byte fallback.
+std::vector<Piece> head_pieces(const SpBpeTrainerConfig& cfg) {
+  std::vector<Piece> head = {{"<unk>", 0, 2}, {"<s>", 0, 3}, {"</s>", 0, 3}};
+  for (const auto& c : cfg.control) head.push_back({c, 0, 3});
+  for (const auto& u : cfg.user_defined) head.push_back({u, 0, 4});
+  if (cfg.byte_fallback) {
+    char name[8];
+    for (int b = 0; b < 256; ++b) {
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      head.push_back({name, 0, 6});
+    }
+  }
+  return head;
+}
+
 // Character class for piece boundaries: digits, or a script.
 int boundary_class(std::uint32_t cp) {
   if (text::char_class(cp) & text::kNumber) return -2;
@@ -113,7 +129,8 @@ void sp_normalize_line(std::string_view line, const SpNormalizer& norm, std::str
   norm.normalize(line, out);
 }
 
-void sp_count_words(std::string_view s, bool split_digits, WordCountMap& counts) {
+void sp_count_words(std::string_view s, bool split_digits, WordCountMap& counts,
+                    const std::vector<std::string>& user_defined) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   std::size_t start = 0, i = 0;
   bool in_prefix = true;  // still in the ▁ run that starts the word
@@ -129,6 +146,18 @@ void sp_count_words(std::string_view s, bool split_digits, WordCountMap& counts)
     start = end;
   };
   while (i < s.size()) {
+    // A user-defined symbol is a piece of its own: never part of a trained word.
+    std::size_t ud = 0;
+    for (const auto& u : user_defined)
+      if (u.size() > ud && s.compare(i, u.size(), u) == 0) ud = u.size();
+    if (ud) {
+      emit(i);
+      i += ud;
+      start = i;
+      in_prefix = false;
+      have_cls = false;
+      continue;
+    }
     if (s.compare(i, kSpace.size(), kSpace) == 0) {
       if (!in_prefix) {
         emit(i);
@@ -184,11 +213,16 @@ std::string base64(std::string_view in) {
 std::string hf_sp_bpe_json(const std::vector<Piece>& pieces, const SpBpeTrainerConfig& cfg) {
   auto str = [](std::string& o, std::string_view s) { json::append_string(o, s); };
   std::string o = R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[)";
-  for (int id = 0; id < 3; ++id) {
-    if (id) o += ",";
+  bool first_added = true;
+  for (std::size_t id = 0; id < pieces.size(); ++id) {
+    int ty = pieces[id].type;
+    if (ty != 2 && ty != 3 && ty != 4) continue;  // unknown, control, user-defined: added tokens
+    if (!first_added) o += ",";
+    first_added = false;
     o += fmt::format(R"({{"id":{},"content":)", id);
-    str(o, pieces[static_cast<std::size_t>(id)].text);
-    o += R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true})";
+    str(o, pieces[id].text);
+    o += fmt::format(R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":{}}})",
+                     ty != 4);
   }
   o += R"(],"normalizer":{"type":"Sequence","normalizers":[)";
   if (!cfg.normalizer.charsmap.empty()) {
@@ -241,15 +275,7 @@ std::string hf_sp_bpe_json(const std::vector<Piece>& pieces, const SpBpeTrainerC
 Result<std::string> train_sp_bpe(const WordCountMap& counts, const SpBpeTrainerConfig& cfg, SpTrainReport& report,
                                  const TrainProgress& progress, std::string* hf_json) {
   report = SpTrainReport{};
-  std::vector<Piece> head = {{"<unk>", 0, 2}, {"<s>", 0, 3}, {"</s>", 0, 3}};
-  if (cfg.byte_fallback) {
-    char name[8];
-    for (int b = 0; b < 256; ++b) {
-      std::snprintf(name, sizeof name, "<0x%02X>", b);
-      head.push_back({name, 0, 6});
-    }
-  }
-  for (const auto& u : cfg.user_defined) head.push_back({u, 0, 4});
+  std::vector<Piece> head = head_pieces(cfg);
 
   // Characters by frequency; keep the most frequent up to the coverage.
   std::unordered_map<std::string, std::uint64_t> freq;
@@ -548,11 +574,16 @@ namespace {
 std::string hf_unigram_json(const std::vector<Piece>& pieces, const SpBpeTrainerConfig& cfg) {
   auto str = [](std::string& o, std::string_view s) { json::append_string(o, s); };
   std::string o = R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[)";
-  for (int id = 0; id < 3; ++id) {
-    if (id) o += ",";
+  bool first_added = true;
+  for (std::size_t id = 0; id < pieces.size(); ++id) {
+    int ty = pieces[id].type;
+    if (ty != 2 && ty != 3 && ty != 4) continue;  // unknown, control, user-defined: added tokens
+    if (!first_added) o += ",";
+    first_added = false;
     o += fmt::format(R"({{"id":{},"content":)", id);
-    str(o, pieces[static_cast<std::size_t>(id)].text);
-    o += R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true})";
+    str(o, pieces[id].text);
+    o += fmt::format(R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":{}}})",
+                     ty != 4);
   }
   // SentencePiece's normalization in HF's terms: the character map, a ▁ always in front,
   // spaces as ▁, no pre-tokenizer (a line is one lattice, as in spm_encode).
@@ -590,14 +621,7 @@ std::string hf_unigram_json(const std::vector<Piece>& pieces, const SpBpeTrainer
 Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTrainerConfig& cfg, SpTrainReport& report,
                                      const TrainProgress& progress, std::string* hf_json) {
   report = SpTrainReport{};
-  std::vector<Piece> head = {{"<unk>", 0, 2}, {"<s>", 0, 3}, {"</s>", 0, 3}};
-  if (cfg.byte_fallback) {
-    char name[8];
-    for (int b = 0; b < 256; ++b) {
-      std::snprintf(name, sizeof name, "<0x%02X>", b);
-      head.push_back({name, 0, 6});
-    }
-  }
+  std::vector<Piece> head = head_pieces(cfg);
   // Characters and coverage, as for BPE.
   std::unordered_map<std::string, std::uint64_t> freq;
   std::uint64_t total = 0;

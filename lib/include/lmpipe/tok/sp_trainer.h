@@ -34,7 +34,8 @@ struct SpBpeTrainerConfig {
   bool byte_fallback = true;
   bool split_digits = false;
   std::size_t max_piece_chars = 16;
-  std::vector<std::string> user_defined;  // pieces kept whole, after the byte pieces
+  std::vector<std::string> user_defined;  // pieces matched whole in the text, never trained into
+  std::vector<std::string> control;       // pieces with ids but never in text (like <s>)
 };
 
 struct SpTrainReport : TrainReport {
@@ -52,7 +53,8 @@ void sp_normalize_line(std::string_view line, const SpNormalizer& norm, std::str
 
 // Count the words of normalized lines (split at ▁ after another character, then at
 // script and digit boundaries), for training.
-void sp_count_words(std::string_view normalized, bool split_digits, WordCountMap& counts);
+void sp_count_words(std::string_view normalized, bool split_digits, WordCountMap& counts,
+                    const std::vector<std::string>& user_defined = {});
 
 // SentencePiece's unigram training (`tok-train -m unigram`): seed pieces are the
 // frequent substrings of the words (up to 16 characters, count ≥ max(2, min_frequency),
