@@ -49,7 +49,7 @@ compare "trained with all 256 bytes" "$work/bytes.json" "$text"
 
 # SentencePiece BPE written as an HF tokenizer.json (Precompiled NFKC map, byte fallback),
 # and the same training as a .model: HF, tok-encode and the .model agree.
-printf 'Ｆｕｌｌ-width ﬁ ligatures①, non\302\240breaking\302\240\302\240spaces\n' >>"$text"
+printf 'Ｆｕｌｌ-width ﬁ ligatures①, non\302\240breaking\302\240\302\240spaces, cafe\314\201\n' >>"$text"
 "$bin/tok-train" -q -m sp-bpe --vocab-size 800 -o "$work/sp.json" "$text" || fail=1
 "$bin/tok-train" -q -m sp-bpe --vocab-size 800 -o "$work/sp.model" "$text" || fail=1
 compare "sp-bpe tokenizer.json" "$work/sp.json" "$text" lossy

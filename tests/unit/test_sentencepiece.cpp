@@ -229,6 +229,8 @@ TEST_CASE("NFKC character map: every character mapped alone", "[tok][spm][charsm
   CHECK(out == "fine F 1");
   n.apply_charsmap("plain ascii, 中文", out);
   CHECK(out == "plain ascii, 中文");
+  n.apply_charsmap("cafe\xCC\x81", out);  // e + combining acute: composed, as NFKC does
+  CHECK(out == "caf\xC3\xA9");
   SpNormalizer cf;
   REQUIRE(cf.load_charsmap(build_charsmap(true), "nfkc_cf").ok());
   cf.apply_charsmap("Straße ΣΑΣ", out);

@@ -53,7 +53,28 @@ std::string build_charsmap(bool case_fold) {
     pool += n;
     pool += '\0';
   }
-  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) { return a.bytes < b.bytes; });
+  // Sequences that compose: the canonical decomposition of each precomposed character
+  // (e + U+0301, Hangul jamo) maps to that character's normal form, so a letter followed
+  // by its combining accent becomes one character, as NFKC makes it.
+  std::string nf;
+  for (std::uint32_t cp = 0xA0; cp <= 0x10FFFF; ++cp) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    ch.clear();
+    text::append_utf8(ch, cp);
+    std::string d = text::normalize(ch, text::NormalForm::nfd);
+    // (Under 6 bytes: HF's Precompiled normalizer only looks up whole graphemes that
+    // short, so longer sequences, such as three-byte Hangul jamo pairs, would split the
+    // two implementations.)
+    if (d == ch || text::count_chars(d) < 2 || d.size() >= 6) continue;
+    nf = text::normalize(ch, case_fold ? text::NormalForm::nfkc_cf : text::NormalForm::nfkc);
+    if (nf == d) continue;
+    keys.push_back({d, static_cast<std::uint32_t>(pool.size())});
+    pool += nf;
+    pool += '\0';
+  }
+  std::stable_sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) { return a.bytes < b.bytes; });
+  keys.erase(std::unique(keys.begin(), keys.end(), [](const Key& a, const Key& b) { return a.bytes == b.bytes; }),
+             keys.end());
 
   // 2. The double array, breadth first: node (index, key range, depth).
   Builder b;

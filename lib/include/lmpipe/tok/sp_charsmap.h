@@ -7,10 +7,14 @@
 
 namespace lmp::tok {
 
-// The rules of one character each: every code point whose NFKC (or NFKC_Casefold) form
-// differs from itself maps to that form. (SentencePiece's own nmt_nfkc also composes
-// some multi-character sequences and folds extra whitespace; this map is per character,
-// and the same map is applied in training and in both encoders.)
+// The rules: every code point whose NFKC (or NFKC_Casefold) form differs from itself maps
+// to that form, and the canonical decomposition (under 6 bytes) of every precomposed
+// character maps to the character's form (a letter and its combining accent become one
+// character; HF's Precompiled normalizer looks no further, so neither does this map). Matched
+// leftmost-longest, this is NFKC on text except for rarer reorderings of several
+// combining marks; SentencePiece's nmt_nfkc also drops control characters and folds
+// extra whitespace, which this map leaves alone. The same map serves training and both
+// encoders.
 std::string build_charsmap(bool case_fold);
 
 }  // namespace lmp::tok
