@@ -99,6 +99,51 @@ std::vector<Piece> head_pieces(const SpBpeTrainerConfig& cfg) {
   return head;
 }
 
+// The characters a model keeps: the most frequent (weighted by word counts) up to
+// cfg.character_coverage of all occurrences, and ▁ always; by frequency. Fills the
+// coverage part of the report; an error when they and `head` pieces overflow the vocabulary.
+Result<std::vector<std::pair<std::string, std::uint64_t>>> kept_characters(const WordCountMap& counts,
+                                                                          const SpBpeTrainerConfig& cfg,
+                                                                          std::size_t head, SpTrainReport& report) {
+  std::unordered_map<std::string, std::uint64_t> freq;
+  std::uint64_t total = 0;
+  for (const auto& [w, c] : counts) {
+    const auto* p = reinterpret_cast<const unsigned char*>(w.data());
+    for (std::size_t i = 0; i < w.size();) {
+      std::size_t n = text::decode_utf8(p, w.size(), i).len;
+      freq[w.substr(i, n)] += c;
+      total += c;
+      i += n;
+    }
+  }
+  std::vector<std::pair<std::string, std::uint64_t>> chars(freq.begin(), freq.end());
+  std::sort(chars.begin(), chars.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  std::uint64_t covered = 0;
+  std::size_t kept = 0;
+  for (; kept < chars.size(); ++kept) {
+    if (kept > 0 && static_cast<double>(covered) >= cfg.character_coverage * static_cast<double>(total)) break;
+    covered += chars[kept].second;
+  }
+  for (std::size_t k = kept; k < chars.size(); ++k)
+    if (chars[k].first == kSpace) {
+      std::swap(chars[k], chars[kept]);
+      covered += chars[kept].second;
+      ++kept;
+    }
+  report.chars_total_distinct = chars.size();
+  report.chars_kept = kept;
+  report.coverage = total ? static_cast<double>(covered) / static_cast<double>(total) : 1.0;
+  chars.resize(kept);
+  if (head + kept > cfg.vocab_size)
+    return make_error(Errc::invalid_argument,
+                      "vocabulary size {} is too small: {} meta and byte pieces and {} required characters need {} "
+                      "(lower --character-coverage or raise --vocab-size)",
+                      cfg.vocab_size, head, kept, head + kept);
+  return chars;
+}
+
 // Character class for piece boundaries: digits, or a script.
 int boundary_class(std::uint32_t cp) {
   if (text::char_class(cp) & text::kNumber) return -2;
@@ -209,8 +254,11 @@ std::string base64(std::string_view in) {
   return out;
 }
 
-// The trained pieces as an HF tokenizer.json (SentencePiece-style BPE).
-std::string hf_sp_bpe_json(const std::vector<Piece>& pieces, const SpBpeTrainerConfig& cfg) {
+// Everything of a SentencePiece-style HF tokenizer.json but its model: the unknown,
+// control and user-defined pieces as added tokens; SentencePiece's normalization in HF's
+// terms (the character map, ▁ always in front, spaces as ▁, no pre-tokenizer, so a line is
+// one unit as in spm_encode); <s> as the template; ▁ back to spaces, byte fallback.
+std::string hf_sp_json_head(const std::vector<Piece>& pieces, const SpBpeTrainerConfig& cfg) {
   auto str = [](std::string& o, std::string_view s) { json::append_string(o, s); };
   std::string o = R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[)";
   bool first_added = true;
@@ -236,6 +284,13 @@ std::string hf_sp_bpe_json(const std::vector<Piece>& pieces, const SpBpeTrainerC
        R"({"SpecialToken":{"id":"<s>","type_id":1}},{"Sequence":{"id":"B","type_id":1}}],"special_tokens":{"<s>":{"id":"<s>","ids":[1],"tokens":["<s>"]}}},)";
   o += R"("decoder":{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"▁"},"content":" "},)"
        R"({"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]},)";
+  return o;
+}
+
+// The trained pieces as an HF tokenizer.json (SentencePiece-style BPE).
+std::string hf_sp_bpe_json(const std::vector<Piece>& pieces, const SpBpeTrainerConfig& cfg) {
+  auto str = [](std::string& o, std::string_view s) { json::append_string(o, s); };
+  std::string o = hf_sp_json_head(pieces, cfg);
   o += R"("model":{"type":"BPE","dropout":null,"unk_token":"<unk>","continuing_subword_prefix":null,"end_of_word_suffix":null,)";
   o += fmt::format(R"("fuse_unk":true,"byte_fallback":{},"ignore_merges":false,"vocab":{{)", cfg.byte_fallback);
   std::unordered_map<std::string_view, std::size_t> id_of;
@@ -277,44 +332,8 @@ Result<std::string> train_sp_bpe(const WordCountMap& counts, const SpBpeTrainerC
   report = SpTrainReport{};
   std::vector<Piece> head = head_pieces(cfg);
 
-  // Characters by frequency; keep the most frequent up to the coverage.
-  std::unordered_map<std::string, std::uint64_t> freq;
-  std::uint64_t total = 0;
-  for (const auto& [w, c] : counts) {
-    const auto* p = reinterpret_cast<const unsigned char*>(w.data());
-    for (std::size_t i = 0; i < w.size();) {
-      std::size_t n = text::decode_utf8(p, w.size(), i).len;
-      freq[w.substr(i, n)] += c;
-      total += c;
-      i += n;
-    }
-  }
-  std::vector<std::pair<std::string, std::uint64_t>> chars(freq.begin(), freq.end());
-  std::sort(chars.begin(), chars.end(), [](const auto& a, const auto& b) {
-    return a.second != b.second ? a.second > b.second : a.first < b.first;
-  });
-  std::uint64_t covered = 0;
-  std::size_t kept = 0;
-  for (; kept < chars.size(); ++kept) {
-    if (kept > 0 && static_cast<double>(covered) >= cfg.character_coverage * static_cast<double>(total)) break;
-    covered += chars[kept].second;
-  }
-  // ▁ is always a character of the model.
-  for (std::size_t k = kept; k < chars.size(); ++k)
-    if (chars[k].first == kSpace) {
-      std::swap(chars[k], chars[kept]);
-      covered += chars[kept].second;
-      ++kept;
-    }
-  report.chars_total_distinct = chars.size();
-  report.chars_kept = kept;
-  report.coverage = total ? static_cast<double>(covered) / static_cast<double>(total) : 1.0;
-  chars.resize(kept);
-  if (head.size() + kept > cfg.vocab_size)
-    return make_error(Errc::invalid_argument,
-                      "vocabulary size {} is too small: {} meta and byte pieces and {} required characters need {} "
-                      "(lower --character-coverage or raise --vocab-size)",
-                      cfg.vocab_size, head.size(), kept, head.size() + kept);
+  LMP_ASSIGN(auto chars, kept_characters(counts, cfg, head.size(), report));
+  const std::size_t kept = chars.size();
 
   // Symbols: the kept characters (ids 0..kept-1 here); merges add to them.
   MergeProblem mp;
@@ -573,32 +592,7 @@ void run_chunks(std::size_t n, int threads, F&& f) {
 namespace {
 std::string hf_unigram_json(const std::vector<Piece>& pieces, const SpBpeTrainerConfig& cfg) {
   auto str = [](std::string& o, std::string_view s) { json::append_string(o, s); };
-  std::string o = R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[)";
-  bool first_added = true;
-  for (std::size_t id = 0; id < pieces.size(); ++id) {
-    int ty = pieces[id].type;
-    if (ty != 2 && ty != 3 && ty != 4) continue;  // unknown, control, user-defined: added tokens
-    if (!first_added) o += ",";
-    first_added = false;
-    o += fmt::format(R"({{"id":{},"content":)", id);
-    str(o, pieces[id].text);
-    o += fmt::format(R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":{}}})",
-                     ty != 4);
-  }
-  // SentencePiece's normalization in HF's terms: the character map, a ▁ always in front,
-  // spaces as ▁, no pre-tokenizer (a line is one lattice, as in spm_encode).
-  o += R"(],"normalizer":{"type":"Sequence","normalizers":[)";
-  if (!cfg.normalizer.charsmap.empty()) {
-    o += R"({"type":"Precompiled","precompiled_charsmap":)";
-    str(o, base64(cfg.normalizer.charsmap));
-    o += "},";
-  }
-  o += R"({"type":"Prepend","prepend":"▁"},{"type":"Replace","pattern":{"String":" "},"content":"▁"}]},"pre_tokenizer":null,)";
-  o += R"("post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},)"
-       R"({"Sequence":{"id":"A","type_id":0}}],"pair":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}},)"
-       R"({"SpecialToken":{"id":"<s>","type_id":1}},{"Sequence":{"id":"B","type_id":1}}],"special_tokens":{"<s>":{"id":"<s>","ids":[1],"tokens":["<s>"]}}},)";
-  o += R"("decoder":{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"▁"},"content":" "},)"
-       R"({"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]},)";
+  std::string o = hf_sp_json_head(pieces, cfg);
   o += fmt::format(R"("model":{{"type":"Unigram","unk_id":0,"byte_fallback":{},"vocab":[)", cfg.byte_fallback);
   // HF scores an unknown character 10 below the lowest score of all pieces; SentencePiece
   // below the lowest normal piece. Giving the special and byte pieces that lowest score
@@ -622,37 +616,8 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
                                      const TrainProgress& progress, std::string* hf_json) {
   report = SpTrainReport{};
   std::vector<Piece> head = head_pieces(cfg);
-  // Characters and coverage, as for BPE.
-  std::unordered_map<std::string, std::uint64_t> freq;
-  std::uint64_t total = 0;
-  for (const auto& [w, c] : counts) {
-    const auto* p = reinterpret_cast<const unsigned char*>(w.data());
-    for (std::size_t i = 0; i < w.size();) {
-      std::size_t n = text::decode_utf8(p, w.size(), i).len;
-      freq[w.substr(i, n)] += c;
-      total += c;
-      i += n;
-    }
-  }
-  std::vector<std::pair<std::string, std::uint64_t>> chars(freq.begin(), freq.end());
-  std::sort(chars.begin(), chars.end(), [](const auto& a, const auto& b) {
-    return a.second != b.second ? a.second > b.second : a.first < b.first;
-  });
-  std::uint64_t covered = 0;
-  std::size_t kept = 0;
-  for (; kept < chars.size(); ++kept) {
-    if (kept > 0 && static_cast<double>(covered) >= cfg.character_coverage * static_cast<double>(total)) break;
-    covered += chars[kept].second;
-  }
-  report.chars_total_distinct = chars.size();
-  report.chars_kept = kept;
-  report.coverage = total ? static_cast<double>(covered) / static_cast<double>(total) : 1.0;
-  chars.resize(kept);
-  if (head.size() + kept > cfg.vocab_size)
-    return make_error(Errc::invalid_argument,
-                      "vocabulary size {} is too small: {} meta and byte pieces and {} required characters need {} "
-                      "(lower --character-coverage or raise --vocab-size)",
-                      cfg.vocab_size, head.size(), kept, head.size() + kept);
+  LMP_ASSIGN(auto chars, kept_characters(counts, cfg, head.size(), report));
+  const std::size_t kept = chars.size();
   std::unordered_set<std::string_view> keep_chars;
   for (const auto& c : chars) keep_chars.insert(c.first);
 

@@ -238,6 +238,18 @@ void wordpiece_cleanup(std::string& s) {
 }
 }  // namespace
 
+// The text a decoder starts from for one id: an added token's content (nothing for a
+// special one with skip_special), else the model's token; an unknown id is an error.
+Result<std::optional<std::string_view>> Tokenizer::decode_text(TokenId id, bool skip_special) const {
+  if (const AddedToken* a = added_token(id)) {
+    if (skip_special && a->special) return std::optional<std::string_view>();
+    return std::optional<std::string_view>(a->content);
+  }
+  std::string_view text = model_->token_text(id);
+  if (text.empty()) return make_error(Errc::out_of_range, "token id {} is not in the vocabulary (size {})", id, vocab_size());
+  return std::optional<std::string_view>(text);
+}
+
 // HF's decoder chain of SentencePiece-style tokenizers: Replace ▁ → ' ', ByteFallback
 // (a run of <0xXX> tokens becomes its bytes when they are UTF-8, else one U+FFFD per
 // byte), Fuse, Strip one leading space.
@@ -252,16 +264,9 @@ Status Tokenizer::decode_metaspace(const TokenId* ids, std::size_t n, std::strin
     bytes.clear();
   };
   for (std::size_t k = 0; k < n; ++k) {
-    TokenId id = ids[k];
-    std::string_view text;
-    if (const AddedToken* a = added_token(id)) {
-      if (skip_special && a->special) continue;
-      text = a->content;
-    } else {
-      text = model_->token_text(id);
-      if (text.empty())
-        return make_error(Errc::out_of_range, "token id {} is not in the vocabulary (size {})", id, vocab_size());
-    }
+    LMP_ASSIGN(std::optional<std::string_view> got, decode_text(ids[k], skip_special));
+    if (!got) continue;
+    std::string_view text = *got;
     auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F'); };
     if (text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>' && hex(text[3]) && hex(text[4])) {
       bytes += static_cast<char>(std::stoi(std::string(text.substr(3, 2)), nullptr, 16));
@@ -292,16 +297,9 @@ Status Tokenizer::decode(const TokenId* ids, std::size_t n, std::string& out, bo
   std::string tok;
   std::size_t emitted = 0;
   for (std::size_t k = 0; k < n; ++k) {
-    TokenId id = ids[k];
-    std::string_view text;
-    if (const AddedToken* a = added_token(id)) {
-      if (skip_special && a->special) continue;
-      text = a->content;
-    } else {
-      text = model_->token_text(id);
-      if (text.empty())
-        return make_error(Errc::out_of_range, "token id {} is not in the vocabulary (size {})", id, vocab_size());
-    }
+    LMP_ASSIGN(std::optional<std::string_view> got, decode_text(ids[k], skip_special));
+    if (!got) continue;
+    std::string_view text = *got;
     if (decoder_ == Decoder::byte_level) {
       out += text;
       continue;

@@ -227,6 +227,21 @@ std::optional<std::pair<std::string_view, std::string_view>> split_merge(std::st
   return std::pair{s.substr(0, sp), s.substr(sp + 1)};
 }
 
+// model.merges ("a b" strings or ["a", "b"] pairs) as pairs of ids, in order.
+Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std::pair<TokenId, TokenId>>& pairs) {
+  pairs.reserve(merges.size());
+  for (std::size_t r = 0; r < merges.size(); ++r) {
+    json::Value m = merges[r];
+    std::optional<std::pair<std::string_view, std::string_view>> ab;
+    if (m.is_string()) ab = split_merge(m.str());
+    else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) ab = std::pair{m[0].str(), m[1].str()};
+    if (!ab) return make_error(Errc::parse, "{}: merge {} must be \"a b\" or [\"a\", \"b\"]", m.where(), r + 1);
+    LMP_ASSIGN(auto pair, resolve_merge(ids, ab->first, ab->second, [&] { return m.where(); }, r + 1));
+    pairs.push_back(pair);
+  }
+  return {};
+}
+
 // BpeModel::build reports "merge N: ..."; put the place of merge N in front.
 template <class Where>
 Error locate_merge_error(Error e, std::size_t n_merges, Where&& where) {
@@ -294,16 +309,7 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(json::Value root, con
   json::Value merges = model.get("merges");
   std::vector<std::pair<TokenId, TokenId>> pairs;
   if (!merges.is_array()) return make_error(Errc::parse, "{}: model.merges must be an array", model.where());
-  pairs.reserve(merges.size());
-  for (std::size_t r = 0; r < merges.size(); ++r) {
-    json::Value m = merges[r];
-    std::optional<std::pair<std::string_view, std::string_view>> ab;
-    if (m.is_string()) ab = split_merge(m.str());
-    else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) ab = std::pair{m[0].str(), m[1].str()};
-    if (!ab) return make_error(Errc::parse, "{}: merge {} must be \"a b\" or [\"a\", \"b\"]", m.where(), r + 1);
-    LMP_ASSIGN(auto pair, resolve_merge(v.text_ids, ab->first, ab->second, [&] { return m.where(); }, r + 1));
-    pairs.push_back(pair);
-  }
+  LMP_TRY(parse_merges(merges, v.text_ids, pairs));
   TokenId unk = -1;
   if (model.get("unk_token").is_string()) {
     unk = v.text_ids.find(model.get("unk_token").str());
@@ -388,17 +394,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const s
   std::vector<std::pair<TokenId, TokenId>> pairs;
   if (merges.valid() && !merges.is_null()) {
     if (!merges.is_array()) return make_error(Errc::parse, "{}: model.merges must be an array", merges.where());
-    pairs.reserve(merges.size());
-    for (std::size_t r = 0; r < merges.size(); ++r) {
-      json::Value m = merges[r];
-      std::optional<std::pair<std::string_view, std::string_view>> ab;
-      if (m.is_string()) ab = split_merge(m.str());
-      else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) ab = std::pair{m[0].str(), m[1].str()};
-      if (!ab)
-        return make_error(Errc::parse, "{}: merge {} must be \"a b\" or [\"a\", \"b\"]", m.where(), r + 1);
-      LMP_ASSIGN(auto pair, resolve_merge(v.text_ids, ab->first, ab->second, [&] { return m.where(); }, r + 1));
-      pairs.push_back(pair);
-    }
+    LMP_TRY(parse_merges(merges, v.text_ids, pairs));
   }
   json::Value im = model.get("ignore_merges");
   bool ignore_merges = im.is_bool() && im.boolean();
@@ -919,10 +915,9 @@ void append_pre_json(std::string& o, const Tokenizer& t) {
 
 std::string token_text(const Tokenizer& t, TokenId id) { return t.token_string(id); }
 
-std::string wordpiece_tokenizer_json(const Tokenizer& t) {
-  const auto& wp = static_cast<const WordPieceModel&>(t.model());
-  std::string o;
-  o.reserve(t.vocab_size() * 24);
+// The start of a tokenizer.json: version, truncation, padding and the added tokens by id
+// (the caller continues with "],\"normalizer\":...").
+void append_json_head(std::string& o, const Tokenizer& t) {
   o += R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[)";
   std::vector<AddedToken> added = t.added_tokens();
   std::sort(added.begin(), added.end(), [](const AddedToken& a, const AddedToken& b) { return a.id < b.id; });
@@ -934,6 +929,13 @@ std::string wordpiece_tokenizer_json(const Tokenizer& t) {
     o += fmt::format(R"(,"single_word":{},"lstrip":{},"rstrip":{},"normalized":{},"special":{}}})", a.single_word,
                      a.lstrip, a.rstrip, a.normalized, a.special);
   }
+}
+
+std::string wordpiece_tokenizer_json(const Tokenizer& t) {
+  const auto& wp = static_cast<const WordPieceModel&>(t.model());
+  std::string o;
+  o.reserve(t.vocab_size() * 24);
+  append_json_head(o, t);
   o += R"(],"normalizer":)";
   if (const auto& b = t.bert_normalization()) {
     o += fmt::format(R"({{"type":"BertNormalizer","clean_text":{},"handle_chinese_chars":{},"strip_accents":{},"lowercase":{}}})",
@@ -994,17 +996,7 @@ std::string to_tokenizer_json(const Tokenizer& t) {
   const BpeModel& bpe = *t.bpe();
   std::string o;
   o.reserve(t.vocab_size() * 40);
-  o += R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[)";
-  std::vector<AddedToken> added = t.added_tokens();
-  std::sort(added.begin(), added.end(), [](const AddedToken& a, const AddedToken& b) { return a.id < b.id; });
-  for (std::size_t i = 0; i < added.size(); ++i) {
-    const auto& a = added[i];
-    if (i) o += ",";
-    o += fmt::format(R"({{"id":{},"content":)", a.id);
-    json::append_string(o, a.content);
-    o += fmt::format(R"(,"single_word":{},"lstrip":{},"rstrip":{},"normalized":{},"special":{}}})",
-                     a.single_word, a.lstrip, a.rstrip, a.normalized, a.special);
-  }
+  append_json_head(o, t);
   o += R"(],"normalizer":)";
   switch (t.normalization()) {
     case Normalization::none: o += "null"; break;

@@ -143,6 +143,7 @@ class Tokenizer {
  private:
   void encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s) const;
   Status decode_metaspace(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const;
+  Result<std::optional<std::string_view>> decode_text(TokenId id, bool skip_special) const;
   void encode_piece(std::string_view piece, std::vector<TokenId>& out, Session& s) const;
   const AddedToken* match_added(std::string_view text, std::size_t pos) const;
 
