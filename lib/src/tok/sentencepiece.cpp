@@ -403,6 +403,32 @@ Result<SentencePieceModel> SentencePieceModel::parse(std::string_view proto, con
   return m;
 }
 
+// Every piece of the lattice of `text`, start by start (one character at a time), each
+// start's pieces by increasing end: piece(start, end, id) for each piece in the trie
+// (unused ones skipped), then unknown(start, end) when no piece covers the character
+// alone — the order in which SentencePiece and HF evaluate them, which decides ties.
+template <class OnPiece, class OnUnknown>
+void SentencePieceModel::walk_lattice(std::string_view text, OnPiece&& piece, OnUnknown&& unknown) const {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  for (std::size_t start = 0; start < text.size();) {
+    std::size_t mblen = utf8_len(text.substr(start));
+    if (mblen == 0) mblen = 1;
+    mblen = std::min(mblen, text.size() - start);
+    bool single = false;
+    std::int32_t node = 0;
+    for (std::size_t k = start; k < text.size(); ++k) {
+      node = trie_.step(node, bytes[k]);
+      if (node < 0) break;
+      TokenId id = trie_.value(node);
+      if (id < 0 || types_[static_cast<std::size_t>(id)] == SpPieceType::unused) continue;
+      piece(start, k + 1, id);
+      if (k + 1 - start == mblen) single = true;
+    }
+    if (!single) unknown(start, start + mblen);
+    start += mblen;
+  }
+}
+
 Result<SentencePieceModel> SentencePieceModel::from_hf_unigram(std::vector<std::pair<std::string, double>> vocab,
                                                               TokenId unk_id, bool byte_fallback,
                                                               const std::string& name) {
@@ -460,39 +486,18 @@ void SentencePieceModel::unigram_hf(std::string_view text, std::vector<std::pair
   const std::size_t size = text.size();
   std::vector<Node> best(size + 1);
   const double unk_score = min_score64_ - static_cast<double>(kUnkPenalty);
-  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
-  for (std::size_t start = 0; start < size;) {
-    const double here = best[start].score;
-    std::size_t mblen = utf8_len(text.substr(start));
-    if (mblen == 0) mblen = 1;
-    mblen = std::min(mblen, size - start);
-    bool single = false;
-    std::int32_t node = 0;
-    for (std::size_t k = start; k < size; ++k) {
-      node = trie_.step(node, bytes[k]);
-      if (node < 0) break;
-      TokenId id = trie_.value(node);
-      if (id < 0) continue;
-      double cand = scores64_[static_cast<std::size_t>(id)] + here;
-      Node& b = best[k + 1];
-      if (b.starts_at == -1 || cand > b.score) {
-        b.score = cand;
-        b.starts_at = static_cast<std::int64_t>(start);
-        b.id = id;
-      }
-      if (k + 1 - start == mblen) single = true;
+  auto relax = [&](std::size_t start, std::size_t end, TokenId id, double score) {
+    double cand = score + best[start].score;
+    Node& b = best[end];
+    if (b.starts_at == -1 || cand > b.score) {
+      b.score = cand;
+      b.starts_at = static_cast<std::int64_t>(start);
+      b.id = id;
     }
-    if (!single) {
-      Node& b = best[start + mblen];
-      double cand = unk_score + here;
-      if (b.starts_at == -1 || cand > b.score) {
-        b.score = cand;
-        b.starts_at = static_cast<std::int64_t>(start);
-        b.id = unk_id_;
-      }
-    }
-    start += mblen;
-  }
+  };
+  walk_lattice(
+      text, [&](std::size_t st, std::size_t e, TokenId id) { relax(st, e, id, scores64_[static_cast<std::size_t>(id)]); },
+      [&](std::size_t st, std::size_t e) { relax(st, e, unk_id_, unk_score); });
   std::size_t first = out.size();
   std::size_t unk_end = 0;  // end of the run of unknown pieces being fused (0: none)
   for (std::size_t end = size; end > 0;) {
@@ -596,47 +601,32 @@ void SentencePieceModel::unigram(std::string_view text, std::vector<std::pair<st
   const std::size_t size = text.size();
   best.assign(size + 1, SpBest{});
   const float unk_score = min_score_ - kUnkPenalty;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
-  std::size_t start = 0;
-  while (start < size) {
-    const float here = best[start].score;
-    std::size_t mblen = utf8_len(text.substr(start));
-    if (mblen == 0) mblen = 1;
-    mblen = std::min(mblen, size - start);
-    bool single = false;
-    std::int32_t node = 0;
-    for (std::size_t k = start; k < size; ++k) {
-      node = trie_.step(node, bytes[k]);
-      if (node < 0) break;
-      TokenId id = trie_.value(node);
-      if (id < 0) continue;
-      auto t = types_[static_cast<std::size_t>(id)];
-      if (t == SpPieceType::unused) continue;
-      std::size_t len = k + 1 - start;
-      // As SentencePiece computes it: the score is a double (the user-defined bonus is),
-      // so the candidate is a double, compared with the stored float best.
-      double sc = t == SpPieceType::user_defined ? static_cast<double>(len) * static_cast<double>(max_score_) - 0.1
-                                                 : static_cast<double>(scores_[static_cast<std::size_t>(id)]);
-      double cand = sc + static_cast<double>(here);
-      SpBest& b = best[k + 1];
-      if (b.starts_at == -1 || cand > static_cast<double>(b.score)) {
-        b.score = static_cast<float>(cand);
-        b.starts_at = static_cast<std::int32_t>(start);
-        b.id = id;
-      }
-      if (len == mblen) single = true;
-    }
-    if (!single) {
-      SpBest& b = best[start + mblen];
-      float cand = unk_score + here;  // a float here, as in SentencePiece
-      if (b.starts_at == -1 || cand > b.score) {
-        b.score = cand;
-        b.starts_at = static_cast<std::int32_t>(start);
-        b.id = unk_id_;
-      }
-    }
-    start += mblen;
-  }
+  walk_lattice(
+      text,
+      [&](std::size_t start, std::size_t end, TokenId id) {
+        // As SentencePiece computes it: the score is a double (the user-defined bonus is),
+        // so the candidate is a double, compared with the stored float best.
+        auto t = types_[static_cast<std::size_t>(id)];
+        double sc = t == SpPieceType::user_defined
+                        ? static_cast<double>(end - start) * static_cast<double>(max_score_) - 0.1
+                        : static_cast<double>(scores_[static_cast<std::size_t>(id)]);
+        double cand = sc + static_cast<double>(best[start].score);
+        SpBest& b = best[end];
+        if (b.starts_at == -1 || cand > static_cast<double>(b.score)) {
+          b.score = static_cast<float>(cand);
+          b.starts_at = static_cast<std::int32_t>(start);
+          b.id = id;
+        }
+      },
+      [&](std::size_t start, std::size_t end) {
+        float cand = unk_score + best[start].score;  // a float here, as in SentencePiece
+        SpBest& b = best[end];
+        if (b.starts_at == -1 || cand > b.score) {
+          b.score = cand;
+          b.starts_at = static_cast<std::int32_t>(start);
+          b.id = unk_id_;
+        }
+      });
   std::size_t first = out.size();
   for (std::size_t end = size; end > 0;) {
     const SpBest& b = best[end];
@@ -751,31 +741,18 @@ void SentencePieceModel::bpe(std::string_view text, std::vector<std::pair<std::s
 
 void SentencePieceModel::lattice(std::string_view text, std::vector<LatticeEdge>& edges) const {
   edges.clear();
-  const float unk_score = min_score_ - kUnkPenalty;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
-  for (std::size_t start = 0; start < text.size();) {
-    std::size_t mblen = utf8_len(text.substr(start));
-    if (mblen == 0) mblen = 1;
-    mblen = std::min(mblen, text.size() - start);
-    bool single = false;
-    std::int32_t node = 0;
-    for (std::size_t k = start; k < text.size(); ++k) {
-      node = trie_.step(node, bytes[k]);
-      if (node < 0) break;
-      TokenId id = trie_.value(node);
-      if (id < 0 || types_[static_cast<std::size_t>(id)] == SpPieceType::unused) continue;
-      std::size_t len = k + 1 - start;
-      double sc = types_[static_cast<std::size_t>(id)] == SpPieceType::user_defined
-                      ? static_cast<double>(len) * static_cast<double>(max_score_) - 0.1
-                      : static_cast<double>(scores_[static_cast<std::size_t>(id)]);
-      edges.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(k + 1), id, sc});
-      if (len == mblen) single = true;
-    }
-    if (!single)
-      edges.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(start + mblen), unk_id_,
-                       static_cast<double>(unk_score)});
-    start += mblen;
-  }
+  const auto unk_score = static_cast<double>(min_score_ - kUnkPenalty);
+  walk_lattice(
+      text,
+      [&](std::size_t start, std::size_t end, TokenId id) {
+        double sc = types_[static_cast<std::size_t>(id)] == SpPieceType::user_defined
+                        ? static_cast<double>(end - start) * static_cast<double>(max_score_) - 0.1
+                        : static_cast<double>(scores_[static_cast<std::size_t>(id)]);
+        edges.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(end), id, sc});
+      },
+      [&](std::size_t start, std::size_t end) {
+        edges.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(end), unk_id_, unk_score});
+      });
 }
 
 void SentencePieceModel::nbest(std::string_view raw, std::size_t n, std::vector<std::vector<TokenId>>& out,

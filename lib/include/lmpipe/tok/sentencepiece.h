@@ -105,6 +105,8 @@ class SentencePieceModel final : public Model {
     double score;
   };
   void lattice(std::string_view text, std::vector<LatticeEdge>& edges) const;
+  template <class OnPiece, class OnUnknown>
+  void walk_lattice(std::string_view text, OnPiece&& piece, OnUnknown&& unknown) const;
   void unigram(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out,
                std::vector<SpBest>& best) const;
   void bpe(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out, ModelScratch& s) const;
