@@ -304,3 +304,11 @@ int script_of(std::uint32_t cp) {
 }
 
 }  // namespace lmp::text
+
+namespace lmp::text {
+
+bool is_assigned(std::uint32_t cp) {
+  return cp < kInvalidBase && u_charType(static_cast<UChar32>(cp)) != U_UNASSIGNED;
+}
+
+}  // namespace lmp::text

@@ -44,7 +44,9 @@ std::string build_charsmap(bool case_fold) {
   std::string pool;
   std::string ch;
   for (std::uint32_t cp = 1; cp <= 0x10FFFF; ++cp) {
-    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    // Unassigned code points: NFKC leaves them (NFKC_Casefold drops the reserved
+    // default-ignorable ones, so with case folding every code point is asked).
+    if ((cp >= 0xD800 && cp <= 0xDFFF) || (!case_fold && !text::is_assigned(cp))) continue;
     ch.clear();
     text::append_utf8(ch, cp);
     std::string n = text::normalize(ch, case_fold ? text::NormalForm::nfkc_cf : text::NormalForm::nfkc);
@@ -58,7 +60,7 @@ std::string build_charsmap(bool case_fold) {
   // by its combining accent becomes one character, as NFKC makes it.
   std::string nf;
   for (std::uint32_t cp = 0xA0; cp <= 0x10FFFF; ++cp) {
-    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    if ((cp >= 0xD800 && cp <= 0xDFFF) || !text::is_assigned(cp)) continue;
     ch.clear();
     text::append_utf8(ch, cp);
     std::string d = text::normalize(ch, text::NormalForm::nfd);

@@ -73,6 +73,9 @@ std::string normalize(std::string_view s, NormalForm form);
 // char::to_lowercase: 'İ' → "i̇", final sigma not applied), appended to `out`.
 void append_lower(std::string& out, std::uint32_t cp);
 
+// Whether Unicode assigns the code point (ICU's version of it).
+bool is_assigned(std::uint32_t cp);
+
 // The Unicode script of a code point (ICU's UScriptCode), with Hiragana, Katakana and
 // the prolonged sound mark folded into Han, as SentencePiece counts scripts.
 int script_of(std::uint32_t cp);
