@@ -28,6 +28,27 @@ std::string quote(std::string_view s) {
   return out;
 }
 
+// The lines of a text file, numbered from 1, each without its "\n" or "\r\n".
+class Lines {
+ public:
+  explicit Lines(std::string_view text) : text_(text) {}
+  bool next(std::string_view& line) {
+    if (pos_ >= text_.size()) return false;
+    std::size_t nl = text_.find('\n', pos_);
+    if (nl == std::string_view::npos) nl = text_.size();
+    line = text_.substr(pos_, nl - pos_);
+    pos_ = nl + 1;
+    ++number_;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    return true;
+  }
+  std::size_t number() const { return number_; }
+
+ private:
+  std::string_view text_;
+  std::size_t pos_ = 0, number_ = 0;
+};
+
 // Byte-level vocabulary text → raw bytes; text outside the 256 characters stays as is
 // (HF's ByteLevel decoder does the same).
 void vocab_bytes(std::string_view text, std::string& out) {
@@ -519,17 +540,11 @@ Result<std::unique_ptr<Tokenizer>> load_wordpiece_json(json::Value root, const s
 Result<std::unique_ptr<Tokenizer>> load_vocab_txt(const std::string& path, const LoadOptions& opts) {
   LMP_ASSIGN(std::string text, io::read_file(path));
   std::vector<std::string> tokens;
-  std::size_t pos = 0, line_no = 0;
-  StringIdMap seen;
-  while (pos < text.size()) {
-    std::size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) nl = text.size();
-    std::string_view line(text.data() + pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) return make_error(Errc::parse, "{}:{}: empty line in a vocab.txt (every line is a token)", path, line_no);
-    if (!text::is_valid_utf8(line)) return make_error(Errc::parse, "{}:{}: token is not valid UTF-8", path, line_no);
+  Lines lines(text);
+  for (std::string_view line; lines.next(line);) {
+    if (line.empty())
+      return make_error(Errc::parse, "{}:{}: empty line in a vocab.txt (every line is a token)", path, lines.number());
+    if (!text::is_valid_utf8(line)) return make_error(Errc::parse, "{}:{}: token is not valid UTF-8", path, lines.number());
     tokens.emplace_back(line);
   }
   if (tokens.empty()) return make_error(Errc::parse, "{}: empty vocabulary", path);
@@ -684,14 +699,9 @@ Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_path
   LMP_ASSIGN(std::string mtext, io::read_file(merges_path));
   std::vector<std::pair<TokenId, TokenId>> pairs;
   std::vector<std::size_t> merge_lines;  // (n_merges) line of each merge in merges.txt
-  std::size_t line_no = 0, pos = 0;
-  while (pos < mtext.size()) {
-    std::size_t nl = mtext.find('\n', pos);
-    if (nl == std::string::npos) nl = mtext.size();
-    std::string_view line(mtext.data() + pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  Lines lines(mtext);
+  for (std::string_view line; lines.next(line);) {
+    std::size_t line_no = lines.number();
     if (line.empty() || (line_no == 1 && line.substr(0, 9) == "#version:")) continue;
     auto ab = split_merge(line);
     if (!ab) return make_error(Errc::parse, "{}:{}: expected two tokens separated by one space", merges_path, line_no);
@@ -772,14 +782,9 @@ Result<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& path, const 
   LMP_ASSIGN(std::string text, io::read_file(path));
   std::vector<std::string> tokens;
   std::string bytes;
-  std::size_t line_no = 0, pos = 0;
-  while (pos < text.size()) {
-    std::size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) nl = text.size();
-    std::string_view line(text.data() + pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  Lines lines(text);
+  for (std::string_view line; lines.next(line);) {
+    std::size_t line_no = lines.number();
     if (line.empty()) continue;
     auto sp = line.find(' ');
     if (sp == std::string_view::npos)
