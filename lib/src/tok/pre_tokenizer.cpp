@@ -1,4 +1,5 @@
 #include "lmpipe/tok/pre_tokenizer.h"
+#include "lmpipe/tok/types.h"
 
 #include <unicode/uregex.h>
 #include <unicode/utext.h>
@@ -254,17 +255,16 @@ class BertPreTokenizer final : public PreTokenizer {
 class MetaspaceWords final : public PreTokenizer {
  public:
   void split(std::string_view s, std::vector<Range>& out) const override {
-    static constexpr std::string_view kMeta = "\xE2\x96\x81";
     std::size_t start = 0, i = 0;
     bool prev_other = false;
     while (i < s.size()) {
-      if (s.compare(i, kMeta.size(), kMeta) == 0) {
+      if (s.compare(i, kMetaspace.size(), kMetaspace) == 0) {
         if (prev_other && i > start) {
           out.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(i)});
           start = i;
         }
         prev_other = false;
-        i += kMeta.size();
+        i += kMetaspace.size();
       } else {
         prev_other = true;
         ++i;
@@ -280,9 +280,8 @@ class MetaspaceWords final : public PreTokenizer {
 class MetaspaceSplit final : public PreTokenizer {
  public:
   void split(std::string_view s, std::vector<Range>& out) const override {
-    static constexpr std::string_view kMeta = "\xE2\x96\x81";
     std::size_t start = 0;
-    for (std::size_t i = s.find(kMeta, 1); i != std::string_view::npos; i = s.find(kMeta, i + 1)) {
+    for (std::size_t i = s.find(kMetaspace, 1); i != std::string_view::npos; i = s.find(kMetaspace, i + 1)) {
       if (i > start) out.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(i)});
       start = i;
     }

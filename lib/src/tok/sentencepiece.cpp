@@ -14,7 +14,7 @@ namespace lmp::tok {
 
 namespace {
 
-constexpr std::string_view kSpace = "\xE2\x96\x81";        // ▁ U+2581
+constexpr std::string_view kSpace = kMetaspace;
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 constexpr float kUnkPenalty = 10.0f;
 

@@ -19,7 +19,7 @@ namespace lmp::tok {
 
 namespace {
 
-constexpr std::string_view kSpace = "\xE2\x96\x81";  // ▁
+constexpr std::string_view kSpace = kMetaspace;
 
 // ---- protobuf writing ------------------------------------------------------------------
 void put_varint(std::string& o, std::uint64_t v) {

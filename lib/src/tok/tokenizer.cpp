@@ -139,15 +139,16 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
     text::bert_normalize(seg, *bert_, s.norm_);
     t = s.norm_;
   } else if (metaspace_) {
-    static constexpr std::string_view kMeta = "\xE2\x96\x81";  // ▁
     std::string_view src = seg;
     if (charsmap_) {
       charsmap_->apply_charsmap(seg, s.mapped_);
       src = s.mapped_;
     }
-    s.norm_.assign(metaspace_if_missing_ && !src.empty() && src[0] == ' ' ? "" : kMeta);
+    // (HF's Metaspace prepends only when the text does not start with ▁ after replacing.)
+    bool starts = !src.empty() && (src[0] == ' ' || src.substr(0, kMetaspace.size()) == kMetaspace);
+    s.norm_.assign(metaspace_if_missing_ && starts ? "" : kMetaspace);
     for (char c : src) {
-      if (c == ' ') s.norm_ += kMeta;
+      if (c == ' ') s.norm_ += kMetaspace;
       else s.norm_ += c;
     }
     t = s.norm_;
@@ -172,7 +173,6 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
     }
     // SentencePiece has no words of its own: for statistics, a word starts at each
     // token that starts with ▁ (its text, ▁ shown as a space, is kept in the Session).
-    static constexpr std::string_view kMeta = "\xE2\x96\x81";
     std::uint32_t n = 0;
     std::string* w = nullptr;
     auto flush = [&] {
@@ -181,7 +181,7 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
     };
     for (std::size_t k = before; k < out.size(); ++k) {
       std::string_view tt = model_->token_text(out[k]);
-      if (!w || tt.substr(0, kMeta.size()) == kMeta) {
+      if (!w || tt.substr(0, kMetaspace.size()) == kMetaspace) {
         flush();
         w = &s.words_.emplace_back();
       }
@@ -191,9 +191,9 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
         continue;
       }
       for (std::size_t i = 0; i < tt.size();) {
-        if (tt.compare(i, kMeta.size(), kMeta) == 0) {
+        if (tt.compare(i, kMetaspace.size(), kMetaspace) == 0) {
           *w += ' ';
-          i += kMeta.size();
+          i += kMetaspace.size();
         } else {
           *w += tt[i++];
         }
@@ -274,9 +274,9 @@ Status Tokenizer::decode_metaspace(const TokenId* ids, std::size_t n, std::strin
     }
     flush();
     for (std::size_t i = 0; i < text.size();) {
-      if (text.compare(i, 3, "\xE2\x96\x81") == 0) {
+      if (text.compare(i, kMetaspace.size(), kMetaspace) == 0) {
         out += ' ';
-        i += 3;
+        i += kMetaspace.size();
       } else {
         out += text[i++];
       }

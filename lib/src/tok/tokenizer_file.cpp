@@ -277,7 +277,6 @@ Status parse_template(json::Value pp, TokenizerSpec& spec);
 bool b64_decode(std::string_view in, std::string& out);
 Result<std::unique_ptr<Tokenizer>> load_unigram_json(json::Value root, const std::string& name);
 
-constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // ▁
 
 // HF's SentencePiece-style BPE (Mistral, converted Llama 2): byte fallback, or the
 // Prepend "▁" + Replace " " → "▁" normalizer.
