@@ -429,7 +429,7 @@ double log_add(double a, double b) {
 }
 
 struct UWord {
-  std::string text;
+  std::string_view text;  // a span of the words' buffer
   double count;
 };
 
@@ -522,53 +522,67 @@ void viterbi(const UModel& m, std::string_view w, std::int32_t banned, std::vect
   std::reverse(out.begin(), out.end());
 }
 
-// Substring counts, keyed by views into the words (stable while counting): open
-// addressing, no allocation per key.
-class ViewCounts {
+// Substring counts of the seed search. A key is a span of the words' buffer packed in 64
+// bits (offset 40, length 16, a hash tag 8), so a slot is 16 bytes; the hash is 32 bits
+// and recomputed from the buffer on growth. Open addressing, no allocation per key.
+class SpanCounts {
  public:
+  static constexpr std::size_t kMaxLen = 0xFFFF;
+  static std::uint32_t hash(const char* p, std::size_t n) { return static_cast<std::uint32_t>(hash_bytes(p, n) >> 32); }
+  explicit SpanCounts(const char* base) : base_(base) {}
   void clear() {
     slots_.assign(1024, Slot{});
+    slots_.shrink_to_fit();
     size_ = 0;
   }
-  double* find(std::string_view k) {
-    if (slots_.empty()) return nullptr;
-    Slot& s = slots_[probe(k, hash_bytes(k.data(), k.size()))];
-    return s.key.data() ? &s.count : nullptr;
+  // The count of span [off, off + len) with hash h, or 0 when absent.
+  double find(std::uint64_t off, std::size_t len, std::uint32_t h) const {
+    return slots_.empty() ? 0.0 : slots_[probe(off, len, h)].count;
   }
-  void add(std::string_view k, double c) {
+  void add(std::uint64_t off, std::size_t len, std::uint32_t h, double c) {
     if ((size_ + 1) * 2 > slots_.size()) grow();
-    std::uint64_t h = hash_bytes(k.data(), k.size());
-    Slot& s = slots_[probe(k, h)];
-    if (!s.key.data()) {
-      s.key = k;
-      s.hash = h;
+    Slot& s = slots_[probe(off, len, h)];
+    if (!s.key) {
+      s.key = pack(off, len, h);
       ++size_;
     }
     s.count += c;
   }
+  // f(offset, length, count) for every key.
   template <class F>
   void for_each(F&& f) const {
     for (const Slot& s : slots_)
-      if (s.key.data()) f(s.key, s.count);
+      if (s.key) f(s.key >> 24, (s.key >> 8) & kMaxLen, s.count);
   }
 
  private:
   struct Slot {
-    std::string_view key;
-    std::uint64_t hash = 0;
+    std::uint64_t key = 0;  // 0: empty (a key's length is never 0)
     double count = 0;
   };
-  std::size_t probe(std::string_view k, std::uint64_t h) const {
-    std::size_t mask = slots_.size() - 1, i = static_cast<std::size_t>(h) & mask;
-    while (slots_[i].key.data() && (slots_[i].hash != h || slots_[i].key != k)) i = (i + 1) & mask;
-    return i;
+  static std::uint64_t pack(std::uint64_t off, std::size_t len, std::uint32_t h) {
+    return off << 24 | static_cast<std::uint64_t>(len) << 8 | (h >> 24);
+  }
+  std::size_t probe(std::uint64_t off, std::size_t len, std::uint32_t h) const {
+    const std::uint64_t low = pack(0, len, h);
+    std::size_t mask = slots_.size() - 1, i = h & mask;
+    for (;; i = (i + 1) & mask) {
+      std::uint64_t k = slots_[i].key;
+      if (!k) return i;
+      if ((k & 0xFFFFFF) == low && std::memcmp(base_ + (k >> 24), base_ + off, len) == 0) return i;
+    }
   }
   void grow() {
     std::vector<Slot> old = std::move(slots_);
     slots_.assign(std::max<std::size_t>(1024, old.size() * 2), Slot{});
     for (const Slot& s : old)
-      if (s.key.data()) slots_[probe(s.key, s.hash)] = s;
+      if (s.key) {
+        std::uint64_t off = s.key >> 24;
+        std::size_t len = (s.key >> 8) & kMaxLen;
+        slots_[probe(off, len, hash(base_ + off, len))] = s;
+      }
   }
+  const char* base_;
   std::vector<Slot> slots_;
   std::size_t size_ = 0;
 };
@@ -621,7 +635,9 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
   std::unordered_set<std::string_view> keep_chars;
   for (const auto& c : chars) keep_chars.insert(c.first);
 
-  // Words: split where a character is not kept (no piece may contain it).
+  // Words: split where a character is not kept (no piece may contain it); sorted, back
+  // to back in one buffer.
+  std::string buf;
   std::vector<UWord> words;
   {
     std::unordered_map<std::string, double> wc;
@@ -638,76 +654,113 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
       }
       if (w.size() > start) wc[w.substr(start)] += static_cast<double>(c);
     }
-    words.reserve(wc.size());
-    for (auto& [w, c] : wc) words.push_back(UWord{w, c});
-    std::sort(words.begin(), words.end(), [](const UWord& a, const UWord& b) { return a.text < b.text; });
+    std::vector<std::pair<std::string, double>> sorted(std::make_move_iterator(wc.begin()), std::make_move_iterator(wc.end()));
+    wc = {};
+    std::sort(sorted.begin(), sorted.end());
+    std::size_t total = 0;
+    for (const auto& w : sorted) total += w.first.size();
+    buf.reserve(total);
+    for (const auto& w : sorted) buf += w.first;
+    words.reserve(sorted.size());
+    std::size_t off = 0;
+    for (const auto& [w, c] : sorted) {
+      words.push_back(UWord{std::string_view(buf).substr(off, w.size()), c});
+      off += w.size();
+    }
   }
   report.words = words.size();
   report.alphabet = kept;
 
-  // Seeds: frequent substrings, grown one character at a time from frequent ones.
+  // Seeds: frequent substrings, grown one character at a time from frequent ones. Each
+  // character position of the words stays alive while the substring starting there, one
+  // character shorter, is frequent; a level hashes the substrings at live positions
+  // (threads over words), counts them (each thread one hash class, so no substring is
+  // counted twice and no maps need adding up), then marks the positions whose substring
+  // fell short.
   const std::uint64_t min_seed = std::max<std::uint64_t>(2, cfg.min_frequency);
-  std::vector<std::pair<std::string_view, double>> seed_list;  // (substring of a word, count × length)
-  auto seed_better = [](const std::pair<std::string_view, double>& a, const std::pair<std::string_view, double>& b) {
-    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  struct Seed {
+    std::uint64_t off, len;
+    double score;  // count × length in characters
+  };
+  std::vector<Seed> seed_list;
+  auto seed_text = [&](const Seed& x) { return std::string_view(buf).substr(x.off, x.len); };
+  auto seed_better = [&](const Seed& a, const Seed& b) {
+    return a.score != b.score ? a.score > b.score : seed_text(a) < seed_text(b);
   };
   {
-    // Character offsets of each word.
-    std::vector<std::vector<std::uint32_t>> offs(words.size());
+    // Character boundaries of every word: the word's characters are
+    // pos[first[wi]] .. pos[first[wi + 1] - 1] (offsets into buf), plus its end.
+    std::vector<std::uint64_t> first(words.size() + 1);
+    std::vector<std::uint64_t> pos;
+    pos.reserve(buf.size() / 2 + words.size());
     for (std::size_t wi = 0; wi < words.size(); ++wi) {
-      const std::string& w = words[wi].text;
-      const auto* p = reinterpret_cast<const unsigned char*>(w.data());
-      for (std::size_t i = 0; i < w.size();) {
-        offs[wi].push_back(static_cast<std::uint32_t>(i));
-        i += text::decode_utf8(p, w.size(), i).len;
+      first[wi] = pos.size();
+      const auto* p = reinterpret_cast<const unsigned char*>(words[wi].text.data());
+      const auto base = static_cast<std::uint64_t>(words[wi].text.data() - buf.data());
+      for (std::size_t i = 0; i < words[wi].text.size();) {
+        pos.push_back(base + i);
+        i += text::decode_utf8(p, words[wi].text.size(), i).len;
       }
-      offs[wi].push_back(static_cast<std::uint32_t>(w.size()));
+      pos.push_back(base + words[wi].text.size());
     }
-    ViewCounts level;
-    level.clear();
+    first[words.size()] = pos.size();
+    // A ▁ inside a word starts no piece: ▁ only in front.
+    std::vector<std::uint8_t> alive(pos.size(), 1);
+    for (std::size_t wi = 0; wi < words.size(); ++wi) {
+      alive[first[wi + 1] - 1] = 0;  // the end
+      for (std::uint64_t k = first[wi] + 1; k + 1 < first[wi + 1]; ++k)
+        if (std::string_view(buf).substr(pos[k], kSpace.size()) == kSpace) alive[k] = 0;
+    }
+    std::vector<std::uint32_t> hash(pos.size());
     const int nt = std::clamp(cfg.threads, 1, 8);
-    std::vector<ViewCounts> next(static_cast<std::size_t>(nt));
+    const auto nts = static_cast<std::size_t>(nt);
+    std::vector<SpanCounts> next(nts, SpanCounts(buf.data()));
+    seed_list.reserve(cfg.seed_size + cfg.seed_size / 2);
+    auto over_words = [&](auto&& f) {  // f(first word, end word) on nt slices
+      run_parallel(nts, [&](std::size_t t) { f(words.size() * t / nts, words.size() * (t + 1) / nts); });
+    };
     for (std::size_t len = 2; len <= cfg.max_piece_chars; ++len) {
-      // Each thread counts the substrings of one hash class (so no substring is counted
-      // twice and no maps need adding up: memory stays that of one map).
-      run_parallel(static_cast<std::size_t>(nt), [&](std::size_t t) {
-        ViewCounts& mine = next[t];
-        mine.clear();
-        for (std::size_t wi = 0; wi < words.size(); ++wi) {
-          const std::string& w = words[wi].text;
-          const auto& o = offs[wi];
-          std::size_t nchars = o.size() - 1;
-          for (std::size_t s = 0; s + len <= nchars; ++s) {
-            std::string_view sub(w.data() + o[s], o[s + len] - o[s]);
-            if (s > 0 && sub.compare(0, kSpace.size(), kSpace) == 0) continue;  // ▁ only in front
-            if (len > 2) {  // grown from a frequent prefix only
-              std::string_view pre(w.data() + o[s], o[s + len - 1] - o[s]);
-              if (!level.find(pre)) continue;
+      over_words([&](std::size_t lo, std::size_t hi) {
+        for (std::size_t wi = lo; wi < hi; ++wi)
+          for (std::uint64_t k = first[wi], end = first[wi + 1]; k < end; ++k) {
+            if (!alive[k]) continue;
+            if (k + len >= end || pos[k + len] - pos[k] > SpanCounts::kMaxLen) {
+              alive[k] = 0;
+              continue;
             }
-            if (nt > 1 && hash_bytes(sub.data(), sub.size()) % static_cast<std::uint64_t>(nt) != t) continue;
-            mine.add(sub, words[wi].count);
+            hash[k] = SpanCounts::hash(buf.data() + pos[k], pos[k + len] - pos[k]);
           }
-        }
       });
-      level.clear();
+      run_parallel(nts, [&](std::size_t t) {
+        SpanCounts& mine = next[t];
+        mine.clear();
+        for (std::size_t wi = 0; wi < words.size(); ++wi)
+          for (std::uint64_t k = first[wi], end = first[wi + 1]; k < end; ++k)
+            if (alive[k] && hash[k] % nts == t) mine.add(pos[k], pos[k + len] - pos[k], hash[k], words[wi].count);
+      });
       bool any = false;
-      for (auto& counted : next) {
-        counted.for_each([&](std::string_view sub, double c) {
+      for (auto& counted : next)
+        counted.for_each([&](std::uint64_t off, std::uint64_t n, double c) {
           if (c < static_cast<double>(min_seed)) return;
-          level.add(sub, c);
-          seed_list.emplace_back(sub, c * static_cast<double>(len));
           any = true;
+          // Keep the list bounded: the best seed_size of everything are among the best
+          // seed_size of what has been counted so far.
+          if (seed_list.size() == seed_list.capacity()) {
+            std::nth_element(seed_list.begin(), seed_list.begin() + static_cast<std::ptrdiff_t>(cfg.seed_size),
+                             seed_list.end(), seed_better);
+            seed_list.resize(cfg.seed_size);
+          }
+          seed_list.push_back(Seed{off, n, c * static_cast<double>(len)});
         });
-        counted.clear();
-      }
-      // Keep the list bounded: the best seed_size of everything are among the best
-      // seed_size of what has been counted so far.
-      if (seed_list.size() > 2 * cfg.seed_size) {
-        std::nth_element(seed_list.begin(), seed_list.begin() + static_cast<std::ptrdiff_t>(cfg.seed_size),
-                         seed_list.end(), seed_better);
-        seed_list.resize(cfg.seed_size);
-      }
       if (!any) break;
+      over_words([&](std::size_t lo, std::size_t hi) {
+        for (std::size_t wi = lo; wi < hi; ++wi)
+          for (std::uint64_t k = first[wi], end = first[wi + 1]; k < end; ++k)
+            if (alive[k]) {
+              std::uint64_t n = pos[k + len] - pos[k];
+              alive[k] = next[hash[k] % nts].find(pos[k], n, hash[k]) >= static_cast<double>(min_seed);
+            }
+      });
     }
   }
   std::sort(seed_list.begin(), seed_list.end(), seed_better);
@@ -718,9 +771,9 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
     m.score.push_back(static_cast<double>(c.second));
     m.required.push_back(true);
   }
-  for (auto& [s, sc] : seed_list) {
-    m.pieces.push_back(s);
-    m.score.push_back(sc);
+  for (const Seed& x : seed_list) {
+    m.pieces.push_back(seed_text(x));
+    m.score.push_back(x.score);
     m.required.push_back(false);
   }
   seed_list.clear();
