@@ -4,6 +4,7 @@
 #include "lmpipe/core/parallel.h"
 #include "lmpipe/core/rng.h"
 #include "lmpipe/tok/byte_level.h"
+#include "lmpipe/tok/ids.h"
 #include "lmpipe/tok/sentencepiece.h"
 #include "lmpipe/tok/stats.h"
 #include "lmpipe/tok/tokenizer.h"
@@ -128,25 +129,7 @@ Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, t
 // One line of ids → text; `where` locates errors ("file:line").
 Status decode_line(const tok::Tokenizer& t, const Options& o, std::string_view line, const std::string& name,
                    std::size_t line_no, std::vector<TokenId>& ids, std::string& text) {
-  ids.clear();
-  std::size_t i = 0;
-  while (i < line.size()) {
-    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
-    if (i >= line.size()) break;
-    std::size_t s = i;
-    std::int64_t v = 0;
-    bool neg = line[i] == '-';
-    if (neg) ++i;
-    while (i < line.size() && line[i] >= '0' && line[i] <= '9' && v <= 0x7FFFFFFF) v = v * 10 + (line[i++] - '0');
-    bool bad = i == s + (neg ? 1 : 0) || v > 0x7FFFFFFF ||
-               (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r');
-    if (bad) {
-      std::size_t e = line.find_first_of(" \t", s);
-      return make_error(Errc::parse, "{}:{}: invalid token id '{}'", name, line_no,
-                        line.substr(s, e == std::string_view::npos ? line.size() - s : e - s));
-    }
-    ids.push_back(static_cast<TokenId>(neg ? -v : v));
-  }
+  LMP_TRY(tok::parse_id_line(line, name, line_no, ids));
   auto st = t.decode(ids.data(), ids.size(), text, o.skip_special);
   if (!st.ok()) return make_error(Errc::parse, "{}:{}: {}", name, line_no, st.error().message);
   return {};

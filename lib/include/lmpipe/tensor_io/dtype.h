@@ -1,0 +1,67 @@
+// Element types of tensors and their conversion to and from f32.
+//
+// q8_0 and q4_0 are GGML's block formats (32 elements per block, an f16 scale first):
+//   q8_0: 34 bytes = d (f16) + 32 × int8 q;          x = q · d,   d = max|x| / 127,  q = round(x / d)
+//   q4_0: 18 bytes = d (f16) + 16 bytes of nibbles;  x = (q − 8) · d, d = m / −8 where m is the
+//         element of largest magnitude with its sign, q = min(15, trunc(x / d + 8.5));
+//         byte j holds element j in its low nibble and element j + 16 in its high nibble.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace lmp {
+
+enum class DType : std::uint8_t { f32, f16, bf16, q8_0, q4_0, i32, i8, u8, i16, i64, f64 };
+
+struct DTypeInfo {
+  std::string_view name;       // "f32", "q8_0", ...
+  std::size_t block;           // elements per block (1 for plain types)
+  std::size_t block_bytes;     // bytes per block
+  bool is_float;               // converts to and from f32
+};
+const DTypeInfo& dtype_info(DType t);
+inline std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+std::optional<DType> parse_dtype(std::string_view name);  // "f32", "F16", "q4_0", ...
+
+// Bytes of n elements; n must be a multiple of the block size (checked by callers that
+// take sizes from files: see tensor_bytes).
+inline std::size_t dtype_bytes(DType t, std::size_t n) {
+  const DTypeInfo& d = dtype_info(t);
+  return n / d.block * d.block_bytes;
+}
+// Bytes of a tensor of `count` elements whose rows hold `row` elements, or nullopt when
+// a row is not a whole number of blocks or the size overflows 64 bits.
+std::optional<std::uint64_t> tensor_bytes(DType t, std::uint64_t count, std::uint64_t row);
+
+// Scalar conversions, IEEE binary16 and bfloat16 with round-to-nearest-even.
+float f16_to_f32(std::uint16_t h);
+std::uint16_t f32_to_f16(float f);
+inline float bf16_to_f32(std::uint16_t h) {
+  std::uint32_t b = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &b, 4);
+  return f;
+}
+std::uint16_t f32_to_bf16(float f);
+
+// n elements of type t at src → f32 (n a multiple of the block size; float types and
+// the integer types, which convert exactly up to 2^24).
+void to_f32(DType t, const void* src, float* dst, std::size_t n);
+// f32 → n elements of type t (float types only: f32, f16, bf16, q8_0, q4_0).
+void from_f32(DType t, const float* src, void* dst, std::size_t n);
+
+// Block layouts.
+struct BlockQ8_0 {
+  std::uint16_t d;  // f16 scale
+  std::int8_t qs[32];
+};
+struct BlockQ4_0 {
+  std::uint16_t d;  // f16 scale
+  std::uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "GGML block layouts");
+
+}  // namespace lmp
