@@ -194,8 +194,10 @@ Status summary(const Options& o, cli::Output& out) {
       s += fmt::format("output      {} {} {}: {} parameters, {}\n", m.output->name, shape_str(m.output->shape),
                        dtype_name(m.output->dtype), cli::with_commas(m.output->count()),
                        hb(static_cast<double>(m.output->nbytes)));
-    else
+    else if (m.tied)
       s += "output      the embedding matrix (tied)\n";
+    else
+      s += "output      none in the file\n";
     s += fmt::format("tied        {} ({})\n", m.tied ? "yes" : "no", m.tie_reason);
     std::uint64_t ep = e.count() + (m.output ? m.output->count() : 0), eb = e.nbytes + (m.output ? m.output->nbytes : 0);
     if (f->format() != tensor_io::Format::npy)

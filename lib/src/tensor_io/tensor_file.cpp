@@ -113,6 +113,7 @@ constexpr std::string_view kGgufMagic = "GGUF";
 
 // Bounds-checked little-endian reading; every error names the file and byte offset.
 struct Reader {
+  Reader(std::string_view b, std::string n) : buf(b), name(std::move(n)) {}
   std::string_view buf;
   std::string name;
   std::size_t pos = 0;
@@ -454,14 +455,14 @@ struct Parsers {
     return v;
   }
   static std::optional<std::uint64_t> l2c_size(const Llama2cConfig& c) {
-    unsigned __int128 total = 28;
+    std::uint64_t total = 28;
     for (const auto& t : l2c_layout(c)) {
-      unsigned __int128 n = 4;
-      for (auto d : t.shape) n *= static_cast<unsigned __int128>(d);
-      total += n;
+      std::uint64_t n = 4;
+      for (auto d : t.shape)
+        if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return std::nullopt;
+      if (__builtin_add_overflow(total, n, &total)) return std::nullopt;
     }
-    if (total > std::numeric_limits<std::uint64_t>::max()) return std::nullopt;
-    return static_cast<std::uint64_t>(total);
+    return total;
   }
   static Status llama2c(TensorFile& f, const Llama2cConfig& c) {
     std::uint64_t off = 28;

@@ -1,0 +1,339 @@
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <random>
+
+#include "lmpipe/core/io.h"
+#include "lmpipe/tensor_io/tensor_file.h"
+
+using namespace lmp;
+using namespace lmp::tensor_io;
+
+namespace {
+std::string temp_path(const std::string& name) {
+  return "/tmp/lmp_tio_" + std::to_string(::getpid()) + "_" + name;
+}
+std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = (static_cast<float>(g() % 2000001) / 1000000.0f - 1.0f) * scale;  // same on every platform
+  return v;
+}
+std::vector<std::byte> encode(DType t, const std::vector<float>& v) {
+  std::vector<std::byte> out(dtype_bytes(t, v.size()));
+  from_f32(t, v.data(), out.data(), v.size());
+  return out;
+}
+std::string bytes_of(const std::string& path) { return io::read_file(path).value(); }
+}  // namespace
+
+TEST_CASE("f16: every half value survives f16 -> f32 -> f16", "[tensor_io][dtype]") {
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    auto v = static_cast<std::uint16_t>(h);
+    float f = f16_to_f32(v);
+    if (std::isnan(f)) {
+      CHECK(std::isnan(f16_to_f32(f32_to_f16(f))));
+      continue;
+    }
+    REQUIRE(f32_to_f16(f) == v);
+  }
+}
+
+TEST_CASE("f16 rounds to nearest even, overflows to infinity, keeps subnormals", "[tensor_io][dtype]") {
+  CHECK(f32_to_f16(1.0f) == 0x3C00);
+  CHECK(f32_to_f16(65504.0f) == 0x7BFF);
+  CHECK(f32_to_f16(65519.0f) == 0x7BFF);
+  CHECK(f32_to_f16(65520.0f) == 0x7C00);  // the tie rounds to even: infinity
+  CHECK(f32_to_f16(1.0f + 1.0f / 2048) == 0x3C00);  // halfway between 1 and the next half: even (1)
+  CHECK(f32_to_f16(1.0f + 3.0f / 2048) == 0x3C02);  // halfway, odd below: up
+  CHECK(f32_to_f16(5.9604645e-8f) == 0x0001);       // smallest subnormal
+  CHECK(f32_to_f16(-0.0f) == 0x8000);
+  CHECK(f16_to_f32(0x0001) == 5.9604645e-8f);
+  // The SIMD path agrees with the scalar one.
+  auto v = random_floats(1000, 7, 70000.0f);
+  std::vector<std::uint16_t> simd(v.size());
+  from_f32(DType::f16, v.data(), simd.data(), v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) REQUIRE(simd[i] == f32_to_f16(v[i]));
+  std::vector<float> back(v.size());
+  to_f32(DType::f16, simd.data(), back.data(), v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) REQUIRE((back[i] == f16_to_f32(simd[i]) || std::isinf(back[i])));
+}
+
+TEST_CASE("bf16 is the top half of f32, rounded to nearest even", "[tensor_io][dtype]") {
+  CHECK(f32_to_bf16(1.0f) == 0x3F80);
+  CHECK(bf16_to_f32(0x3F80) == 1.0f);
+  float x;
+  std::uint32_t b = 0x3F808000;  // exactly halfway between 0x3F80 and 0x3F81: even
+  std::memcpy(&x, &b, 4);
+  CHECK(f32_to_bf16(x) == 0x3F80);
+  b = 0x3F818000;  // halfway, odd below: up
+  std::memcpy(&x, &b, 4);
+  CHECK(f32_to_bf16(x) == 0x3F82);
+  CHECK(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST_CASE("q8_0: the reference layout and its error bound", "[tensor_io][dtype]") {
+  auto v = random_floats(32 * 64, 11, 3.0f);
+  auto q = encode(DType::q8_0, v);
+  REQUIRE(q.size() == 64 * 34);
+  std::vector<float> back(v.size());
+  to_f32(DType::q8_0, q.data(), back.data(), v.size());
+  for (std::size_t k = 0; k < 64; ++k) {
+    float amax = 0;
+    for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[k * 32 + j]));
+    const float d = amax / 127;
+    // Rounding error at most d/2, plus the scale's own f16 rounding (relative 2^-11 of 127 d).
+    const float bound = d / 2 + 127 * d * (1.0f / 2048) + 1e-7f;
+    for (std::size_t j = 0; j < 32; ++j) REQUIRE(std::fabs(back[k * 32 + j] - v[k * 32 + j]) <= bound);
+  }
+  // Layout: scale first, then the 32 values; the largest maps to ±127.
+  std::vector<float> one(32, 0.0f);
+  one[5] = -2.54f;
+  one[6] = 1.27f;
+  auto b = encode(DType::q8_0, one);
+  BlockQ8_0 blk;
+  std::memcpy(&blk, b.data(), 34);
+  CHECK(f16_to_f32(blk.d) == Approx(0.02f).epsilon(1e-3));
+  CHECK(blk.qs[5] == -127);
+  CHECK(blk.qs[6] == 64);  // 1.27 / 0.02 = 63.5 → 64 (round half away from zero, scale rounded to f16)
+}
+
+TEST_CASE("q4_0: signed maximum, nibble order and error bound", "[tensor_io][dtype]") {
+  auto v = random_floats(32 * 64, 13, 2.0f);
+  auto q = encode(DType::q4_0, v);
+  REQUIRE(q.size() == 64 * 18);
+  std::vector<float> back(v.size());
+  to_f32(DType::q4_0, q.data(), back.data(), v.size());
+  for (std::size_t k = 0; k < 64; ++k) {
+    float amax = 0;
+    for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[k * 32 + j]));
+    const float d = amax / 8;
+    // Values on the far side of the signed maximum can reach 7 d instead of 8 d: the error
+    // is at most d (clamped at 15), and at most d/2 within range; plus f16 scale rounding.
+    const float bound = d + 8 * d * (1.0f / 2048) + 1e-7f;
+    for (std::size_t j = 0; j < 32; ++j) REQUIRE(std::fabs(back[k * 32 + j] - v[k * 32 + j]) <= bound);
+  }
+  std::vector<float> x(32);
+  for (std::size_t j = 0; j < 32; ++j) x[j] = static_cast<float>(j) - 8.0f;  // max magnitude 23 at j = 31
+  auto b = encode(DType::q4_0, x);
+  BlockQ4_0 blk;
+  std::memcpy(&blk, b.data(), 18);
+  const float d = f16_to_f32(blk.d);
+  CHECK(d == Approx(23.0f / -8.0f).epsilon(1e-3));
+  // byte j: element j low, element j + 16 high. Element 31 (the maximum) is q = 0.
+  CHECK((blk.qs[15] >> 4) == 0);
+  CHECK((blk.qs[0] & 0x0F) == std::min(15, static_cast<int>(-8.0f / d + 8.5f)));
+}
+
+TEST_CASE("every format round-trips byte for byte", "[tensor_io][roundtrip]") {
+  auto vals = random_floats(4 * 64, 17);
+  SECTION("npy: f32, f16, i32, i8, f64") {
+    for (DType t : {DType::f32, DType::f16, DType::i32, DType::i8, DType::f64}) {
+      std::vector<std::byte> data(dtype_bytes(t, vals.size()));
+      for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 7 + 3);
+      std::string p = temp_path(std::string("a.npy"));
+      REQUIRE(write_npy(p, TensorOut{"a", t, {4, 64}, data.data()}).ok());
+      auto f = TensorFile::open(p);
+      REQUIRE(f.ok());
+      const auto& ti = (*f)->tensors().at(0);
+      CHECK(ti.dtype == t);
+      CHECK(ti.shape == std::vector<std::int64_t>{4, 64});
+      REQUIRE(ti.nbytes == data.size());
+      CHECK(std::memcmp((*f)->data(ti), data.data(), data.size()) == 0);
+      std::remove(p.c_str());
+    }
+    CHECK_FALSE(write_npy(temp_path("b.npy"), TensorOut{"b", DType::q8_0, {1, 32}, nullptr}).ok());
+  }
+  SECTION("GGUF: every float dtype, metadata of every type, nested arrays, alignment") {
+    std::vector<std::vector<std::byte>> blobs;
+    std::vector<TensorOut> ts;
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::i32}) {
+      if (t == DType::i32) {
+        blobs.emplace_back(4 * 64 * 4);
+        for (std::size_t i = 0; i < blobs.back().size(); ++i) blobs.back()[i] = static_cast<std::byte>(i);
+      } else {
+        blobs.push_back(encode(t, vals));
+      }
+      ts.push_back(TensorOut{std::string("t.") + std::string(dtype_name(t)), t, {4, 64}, blobs.back().data()});
+    }
+    std::vector<std::pair<std::string, MetaValue>> meta{
+        {"general.architecture", MetaValue::of_string("llama")},
+        {"general.alignment", MetaValue::of_u32(64)},
+        {"x.u64", MetaValue::of_u64(1ull << 40)},
+        {"x.i32", MetaValue::of_i32(-7)},
+        {"x.f32", MetaValue::of_f32(0.5f)},
+        {"x.bool", MetaValue::of_bool(true)},
+        {"x.nested", MetaValue::of_array(MetaType::array, {MetaValue::of_array(MetaType::string, {MetaValue::of_string("a"), MetaValue::of_string("")}),
+                                                           MetaValue::of_array(MetaType::string, {})})}};
+    std::string p = temp_path("m.gguf");
+    REQUIRE(write_gguf(p, meta, ts).ok());
+    auto f = TensorFile::open(p);
+    REQUIRE(f.ok());
+    CHECK((*f)->format() == Format::gguf);
+    CHECK((*f)->alignment() == 64);
+    CHECK((*f)->meta("x.u64")->u == (1ull << 40));
+    CHECK((*f)->meta("x.i32")->as_int() == -7);
+    CHECK((*f)->meta("x.bool")->u == 1);
+    CHECK((*f)->meta("x.nested")->items.at(0).items.at(0).s == "a");
+    CHECK((*f)->meta("x.nested")->items.at(1).items.empty());
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      const auto* ti = (*f)->find(ts[i].name);
+      REQUIRE(ti);
+      CHECK(ti->dtype == ts[i].dtype);
+      CHECK(ti->shape == ts[i].shape);
+      CHECK(ti->offset % 64 == 0);
+      REQUIRE(ti->nbytes == blobs[i].size());
+      CHECK(std::memcmp((*f)->data(*ti), blobs[i].data(), blobs[i].size()) == 0);
+    }
+    // Writing what was read gives the same file.
+    std::vector<TensorOut> again;
+    for (const auto& ti : (*f)->tensors()) again.push_back(TensorOut{ti.name, ti.dtype, ti.shape, (*f)->data(ti)});
+    std::string p2 = temp_path("m2.gguf");
+    REQUIRE(write_gguf(p2, (*f)->metadata(), again).ok());
+    CHECK(bytes_of(p) == bytes_of(p2));
+    std::remove(p.c_str());
+    std::remove(p2.c_str());
+  }
+  SECTION("safetensors: f32, f16, bf16, i32 and __metadata__") {
+    auto a = encode(DType::f32, vals), b = encode(DType::f16, vals), c = encode(DType::bf16, vals);
+    std::vector<TensorOut> ts{{"a", DType::f32, {4, 64}, a.data()}, {"b", DType::f16, {256}, b.data()},
+                              {"c", DType::bf16, {2, 2, 64}, c.data()}};
+    std::string p = temp_path("m.safetensors");
+    REQUIRE(write_safetensors(p, ts, {{"format", "pt"}}).ok());
+    auto f = TensorFile::open(p);
+    REQUIRE(f.ok());
+    CHECK((*f)->format() == Format::safetensors);
+    CHECK((*f)->meta("format")->s == "pt");
+    std::vector<TensorOut> again;
+    for (const auto& t : ts) {
+      const auto* ti = (*f)->find(t.name);
+      REQUIRE(ti);
+      CHECK(ti->shape == t.shape);
+      again.push_back(TensorOut{ti->name, ti->dtype, ti->shape, (*f)->data(*ti)});
+    }
+    std::string p2 = temp_path("m2.safetensors");
+    REQUIRE(write_safetensors(p2, again, {{"format", "pt"}}).ok());
+    CHECK(bytes_of(p) == bytes_of(p2));
+    CHECK_FALSE(write_safetensors(temp_path("q.safetensors"), {{"q", DType::q4_0, {32}, c.data()}}).ok());
+    std::remove(p.c_str());
+    std::remove(p2.c_str());
+  }
+}
+
+TEST_CASE("llama2.c checkpoints and tokenizer.bin round-trip", "[tensor_io][llama2c]") {
+  // dim 8, hidden 16, 2 layers, 2 heads, 1 kv head, vocab 5, seq 4; own classifier.
+  const std::int32_t hdr[7] = {8, 16, 2, 2, 1, -5, 4};
+  std::size_t floats = 5 * 8 + 2 * 8 + 2 * 64 + 2 * 32 + 2 * 32 + 2 * 64 + 2 * 8 + 3 * 2 * 128 + 8 + 2 * 4 * 2 + 5 * 8;
+  auto w = random_floats(floats, 23);
+  std::string blob(reinterpret_cast<const char*>(hdr), 28);
+  blob.append(reinterpret_cast<const char*>(w.data()), w.size() * 4);
+  std::string p = temp_path("m.bin");
+  REQUIRE(io::write_file_atomic(p, blob).ok());
+  auto f = TensorFile::open(p);
+  REQUIRE(f.ok());
+  CHECK((*f)->format() == Format::llama2c);
+  REQUIRE((*f)->find("output.weight"));
+  CHECK((*f)->find("blk.1.attn_k.weight")->shape == std::vector<std::int64_t>{4, 8});
+  CHECK((*f)->find("blk.1.ffn_down.weight")->shape == std::vector<std::int64_t>{8, 16});
+  auto cfg = llama2c_config(**f);
+  REQUIRE(cfg.ok());
+  CHECK_FALSE(cfg->shared_classifier);
+  CHECK(cfg->n_kv_heads == 1);
+  std::string p2 = temp_path("m2.bin");
+  REQUIRE(write_llama2c(p2, **f).ok());
+  CHECK(bytes_of(p2) == blob);
+  // One float short: the header's sizes no longer match, a located error.
+  REQUIRE(io::write_file_atomic(p2, blob.substr(0, blob.size() - 4)).ok());
+  auto bad = TensorFile::open(p2);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::Contains("announces") && Catch::Contains("but the file has"));
+
+  Llama2cVocab v{7, {"<unk>", "a", "▁b", "", "cd"}, {0, -1, -2, -3, -4}};
+  std::string tp = temp_path("tok.bin");
+  REQUIRE(write_llama2c_tokenizer(tp, v).ok());
+  auto r = read_llama2c_tokenizer(tp, 5);
+  REQUIRE(r.ok());
+  CHECK(r->tokens == v.tokens);
+  CHECK(r->scores == v.scores);
+  CHECK(r->max_token_length == 7);
+  CHECK_FALSE(read_llama2c_tokenizer(tp, 6).ok());  // fewer tokens than the model's vocabulary
+  CHECK_FALSE(read_llama2c_tokenizer(tp, 4).ok());  // bytes left over
+  for (auto* q : {&p, &p2, &tp}) std::remove(q->c_str());
+}
+
+TEST_CASE("lying and truncated headers give located errors, never a crash or a huge allocation",
+          "[tensor_io][bad]") {
+  auto vals = random_floats(64, 29);
+  std::string p = temp_path("g.gguf");
+  REQUIRE(write_gguf(p, {{"general.architecture", MetaValue::of_string("llama")},
+                         {"tokenizer.ggml.tokens", MetaValue::of_array(MetaType::string, {MetaValue::of_string("x")})}},
+                     {{"w", DType::f32, {2, 32}, vals.data()}})
+              .ok());
+  std::string good = bytes_of(p);
+  auto open_bytes = [&](const std::string& b) {
+    REQUIRE(io::write_file_atomic(p, b).ok());
+    return TensorFile::open(p);
+  };
+  // Every truncation fails cleanly.
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    auto f = open_bytes(good.substr(0, n));
+    REQUIRE_FALSE(f.ok());
+    REQUIRE_FALSE(f.error().message.empty());
+  }
+  // A huge tensor count, a huge array length, a huge string length.
+  std::string b = good;
+  std::uint64_t huge = 1ull << 60;
+  std::memcpy(b.data() + 8, &huge, 8);
+  auto f = open_bytes(b);
+  REQUIRE_FALSE(f.ok());
+  CHECK_THAT(f.error().message, Catch::Contains("byte 8") && Catch::Contains("cannot fit"));
+  b = good;
+  std::size_t at = b.find("tokenizer.ggml.tokens") + 21 + 4 + 4;  // key, value type, element type
+  std::memcpy(b.data() + at, &huge, 8);
+  f = open_bytes(b);
+  REQUIRE_FALSE(f.ok());
+  CHECK_THAT(f.error().message, Catch::Contains("array of") && Catch::Contains("cannot fit"));
+  // A data offset beyond the end.
+  b = good;
+  at = b.find(std::string("\x01\x00\x00\x00\x00\x00\x00\x00w", 9)) + 9 + 4 + 16 + 4;  // name, n_dims, dims, type
+  std::uint64_t far = 1 << 20;
+  std::memcpy(b.data() + at, &far, 8);
+  f = open_bytes(b);
+  REQUIRE_FALSE(f.ok());
+  CHECK_THAT(f.error().message, Catch::Contains("tensor 'w'"));
+  // safetensors: a header longer than the file; offsets that disagree with the shape; a hole.
+  auto st = [&](const std::string& json, std::size_t data) {
+    std::string s(8, '\0');
+    std::uint64_t n = json.size();
+    std::memcpy(s.data(), &n, 8);
+    return open_bytes(s + json + std::string(data, '\0'));
+  };
+  CHECK_FALSE(st(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,12]}})", 12).ok());
+  CHECK_FALSE(st(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4).ok());
+  CHECK_FALSE(st(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8).ok());
+  CHECK(st(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8).ok());
+  std::string s(8, '\0');
+  std::uint64_t n = 1ull << 62;
+  std::memcpy(s.data(), &n, 8);
+  f = open_bytes(s + "{}");
+  REQUIRE_FALSE(f.ok());
+  CHECK_THAT(f.error().message, Catch::Contains("header of"));
+  // .npy announcing more data than it has.
+  std::string npy;
+  {
+    std::string q = temp_path("x.npy");
+    REQUIRE(write_npy(q, TensorOut{"x", DType::f32, {2, 32}, vals.data()}).ok());
+    npy = bytes_of(q);
+    std::remove(q.c_str());
+  }
+  f = open_bytes(npy.substr(0, npy.size() - 1));
+  REQUIRE_FALSE(f.ok());
+  CHECK_THAT(f.error().message, Catch::Contains("announces"));
+  std::remove(p.c_str());
+}
