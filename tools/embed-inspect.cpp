@@ -1,6 +1,7 @@
 // embed-inspect: the token-embedding matrix of a model file — sizes, tying, memory at
 // other vocabulary sizes, rows, nearest neighbours, norm statistics.
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <unordered_map>
 
@@ -319,6 +320,55 @@ Status stats(const Options& o, cli::Output& out) {
   return out.write(s);
 }
 
+// export: the embedding (and an untied output projection) as .npy, safetensors or GGUF,
+// converted to --dtype; the format follows the output's name.
+Status export_matrix(const Options& o) {
+  LMP_ASSIGN(auto f, TensorFile::open(o.model));
+  LMP_ASSIGN(auto m, embed::find_embedding(*f, o.tensor));
+  auto ends = [&](std::string_view s) { return o.output.ends_with(s); };
+  enum { npy, st, gguf } kind = ends(".npy") ? npy : ends(".safetensors") ? st : gguf;
+  std::vector<const tensor_io::TensorInfo*> src{m.embedding};
+  if (m.output && kind != npy) src.push_back(m.output);
+  if (o.output_matrix) {
+    if (!m.output) return make_error(Errc::invalid_argument, "{}: the output projection is the embedding (tied)", f->name());
+    src = {m.output};
+  }
+  std::vector<std::vector<std::byte>> blobs;
+  std::vector<tensor_io::TensorOut> outs;
+  for (const auto* t : src) {
+    LMP_ASSIGN(auto e, embed::embedding_view(*f, *t));
+    DType to = o.dtype.empty() ? t->dtype : *parse_dtype(o.dtype);
+    const DTypeInfo& d = dtype_info(to);
+    if (static_cast<std::size_t>(e.n_embd()) % d.block != 0)
+      return make_error(Errc::invalid_argument, "{}: rows of {} are not whole {}-element blocks of {}", t->name,
+                        e.n_embd(), d.block, d.name);
+    blobs.emplace_back(dtype_bytes(to, static_cast<std::size_t>(e.n_embd())) * static_cast<std::size_t>(e.n_vocab()));
+    std::vector<float> row(static_cast<std::size_t>(e.n_embd()));
+    const std::size_t rb = dtype_bytes(to, row.size());
+    for (std::int64_t r = 0; r < e.n_vocab(); ++r) {
+      e.row(static_cast<TokenId>(r), row.data());
+      if (to == t->dtype)  // unchanged bytes, not a round trip through f32
+        std::memcpy(blobs.back().data() + static_cast<std::size_t>(r) * rb, e.data() + static_cast<std::size_t>(r) * e.row_bytes(), rb);
+      else
+        from_f32(to, row.data(), blobs.back().data() + static_cast<std::size_t>(r) * rb, row.size());
+    }
+    bool is_out = t == m.output;
+    outs.push_back({is_out ? "output.weight" : "token_embd.weight", to, t->shape, blobs.back().data()});
+  }
+  if (kind == npy) return tensor_io::write_npy(o.output, outs.front());
+  if (kind == st)
+    return tensor_io::write_safetensors(o.output, outs, {{"source", f->name().substr(f->name().rfind('/') + 1)}});
+  std::vector<std::pair<std::string, tensor_io::MetaValue>> meta;
+  const auto* arch = f->meta("general.architecture");
+  meta.emplace_back("general.architecture", arch ? *arch : tensor_io::MetaValue::of_string("llama"));
+  bool quantized = false;
+  for (const auto& t : outs) quantized |= t.dtype == DType::q8_0 || t.dtype == DType::q4_0;
+  if (quantized) meta.emplace_back("general.quantization_version", tensor_io::MetaValue::of_u32(2));
+  for (const auto& [k, v] : f->metadata())
+    if (k.rfind("tokenizer.", 0) == 0) meta.emplace_back(k, v);  // the vocabulary travels with the matrix
+  return tensor_io::write_gguf(o.output, meta, outs);
+}
+
 const char* kExamples =
     "  embed-inspect model.gguf                       # sizes, dtype, tied or not, share of the model\n"
     "  embed-inspect stories260K.bin --what-if-vocab 32000 64000 --training adam\n"
@@ -326,7 +376,8 @@ const char* kExamples =
     "  tok-encode -t tok.json text.txt | embed-inspect rows model.gguf --ids - > rows.npy\n"
     "  embed-inspect rows model.safetensors -t tokenizer.json --text 'Hello world' > rows.npy\n"
     "  embed-inspect neighbors model.gguf king -k 10\n"
-    "  embed-inspect stats model.gguf --json";
+    "  embed-inspect stats model.gguf --json\n"
+    "  embed-inspect export model.safetensors -o emb.gguf --dtype q8_0";
 
 }  // namespace
 
@@ -376,12 +427,21 @@ int main(int argc, char** argv) {
   st_cmd->add_flag("--json", o.json, "as JSON");
   st_cmd->add_option("-o,--output", o.output, "write here instead of standard output");
 
+  CLI::App* ex_cmd = app.add_subcommand("export", "write the embedding (and an untied output) as .npy, safetensors or GGUF");
+  ex_cmd->add_option("MODEL", o.model, "model file")->required();
+  ex_cmd->add_option("-o,--output", o.output, "OUT.npy, OUT.safetensors or OUT.gguf (required)")->required();
+  ex_cmd->add_option("--dtype", o.dtype, "convert to f32, f16, bf16, q8_0 or q4_0 (default: as stored)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  ex_cmd->add_option("--tensor", o.tensor, "the embedding tensor's name");
+  ex_cmd->add_flag("--output-matrix", o.output_matrix, "only the output projection (untied models)");
+
   cli::ToolSpec spec{
       "embed-inspect",
       "[OPTION]... MODEL\n       embed-inspect --hidden H --what-if-vocab N... [OPTION]...\n"
       "       embed-inspect rows MODEL (--ids FILE | -t TOKENIZER --text TEXT) [-o OUT.npy]\n"
       "       embed-inspect neighbors MODEL TOKEN [-k K] [-t TOKENIZER]\n"
-      "       embed-inspect stats MODEL [-t TOKENIZER] [--top N]",
+      "       embed-inspect stats MODEL [-t TOKENIZER] [--top N]\n"
+      "       embed-inspect export MODEL -o OUT.{npy,safetensors,gguf} [--dtype T]",
       "Inspect the token-embedding matrix [vocab, hidden] of a model: sizes, dtype, whether the output\n"
       "projection is the same matrix (tied), memory at other vocabulary sizes, rows, neighbours, norms.",
       "MODEL is a GGUF file, a safetensors file, a llama2.c checkpoint or a 2-D .npy matrix; the format\n"
@@ -394,6 +454,10 @@ int main(int argc, char** argv) {
       kExamples};
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
+    if (ex_cmd->parsed()) {
+      if (o.output == "-") throw cli::UsageError("export writes a file: -o OUT.npy, OUT.safetensors or OUT.gguf");
+      return export_matrix(o);
+    }
     bool is_rows = rows_cmd->parsed();
     if (is_rows) {
       if (o.ids.empty() == o.text.empty()) throw cli::UsageError("rows needs --ids FILE or -t TOKENIZER --text TEXT");
