@@ -18,7 +18,8 @@ using namespace lmp;
 using tensor_io::TensorFile;
 
 struct Options {
-  std::string model, tokenizer, tensor, ids, text, output = "-", token, dtype, training;
+  std::string model, tokenizer, tensor, ids, text, output = "-", dtype, training;
+  std::vector<std::string> tokens;
   std::vector<std::int64_t> what_if;
   std::int64_t hidden = 0;
   std::size_t k = 10, top = 10;
@@ -238,30 +239,40 @@ Status neighbors(const Options& o, cli::Output& out) {
   LMP_ASSIGN(auto m, embed::find_embedding(*f, o.tensor));
   LMP_ASSIGN(auto e, embed::embedding_view(*f, *m.embedding));
   LMP_ASSIGN(auto names, load_names(o, *f, e.n_vocab()));
-  LMP_ASSIGN(TokenId id, resolve_token(o.token, names, e.n_vocab()));
-  std::vector<float> q(static_cast<std::size_t>(e.n_embd()));
-  e.row(id, q.data());
-  auto t0 = std::chrono::steady_clock::now();
-  auto nb = embed::nearest(e, q.data(), o.k, id, o.threads);
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (o.timing)
-    cli::note(fmt::format("scanned {} in {:.4f} s: {:.2f} GB/s", hb(static_cast<double>(e.bytes())), secs,
-                          static_cast<double>(e.bytes()) / secs / 1e9));
-  std::string s;
-  if (o.json) {
-    s = fmt::format("{{\"token\":{},\"id\":{},\"neighbors\":[", js(names.of(id)), id);
-    for (std::size_t i = 0; i < nb.size(); ++i)
-      s += fmt::format("{}{{\"id\":{},\"token\":{},\"cosine\":{:.6f}}}", i ? "," : "", nb[i].id, js(names.of(nb[i].id)),
-                       nb[i].cosine);
-    s += "]}\n";
-  } else {
-    s = fmt::format("nearest to {}{} by cosine similarity ({} rows of {}):\n", id,
-                    names.empty() ? "" : " " + js(names.of(id)), cli::with_commas(static_cast<std::uint64_t>(e.n_vocab())),
-                    e.n_embd());
-    for (std::size_t i = 0; i < nb.size(); ++i)
-      s += fmt::format("{:4}  {:8}  {:.4f}{}\n", i + 1, nb[i].id, nb[i].cosine, names.empty() ? "" : "  " + js(names.of(nb[i].id)));
+  std::vector<TokenId> ids;
+  for (const auto& t : o.tokens) {
+    LMP_ASSIGN(TokenId id, resolve_token(t, names, e.n_vocab()));
+    ids.push_back(id);
   }
-  return out.write(s);
+  std::vector<float> q(static_cast<std::size_t>(e.n_embd()));
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    const TokenId id = ids[k];
+    e.row(id, q.data());
+    auto t0 = std::chrono::steady_clock::now();
+    auto nb = embed::nearest(e, q.data(), o.k, id, o.threads);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o.timing)  // the first scan also maps the file's pages; later ones find them mapped
+      cli::note(fmt::format("scan {}: {} in {:.4f} s: {:.2f} GB/s{}", k + 1, hb(static_cast<double>(e.bytes())), secs,
+                            static_cast<double>(e.bytes()) / secs / 1e9, k == 0 ? " (pages mapped on the way)" : ""));
+    std::string s;
+    if (o.json) {  // one JSON object per token (JSON lines)
+      s = fmt::format("{{\"token\":{},\"id\":{},\"neighbors\":[", js(names.of(id)), id);
+      for (std::size_t i = 0; i < nb.size(); ++i)
+        s += fmt::format("{}{{\"id\":{},\"token\":{},\"cosine\":{:.6f}}}", i ? "," : "", nb[i].id,
+                         js(names.of(nb[i].id)), nb[i].cosine);
+      s += "]}\n";
+    } else {
+      s = fmt::format("{}nearest to {}{} by cosine similarity ({} rows of {}):\n", k ? "\n" : "", id,
+                      names.empty() ? "" : " " + js(names.of(id)),
+                      cli::with_commas(static_cast<std::uint64_t>(e.n_vocab())), e.n_embd());
+      for (std::size_t i = 0; i < nb.size(); ++i)
+        s += fmt::format("{:4}  {:8}  {:.4f}{}\n", i + 1, nb[i].id, nb[i].cosine,
+                         names.empty() ? "" : "  " + js(names.of(nb[i].id)));
+    }
+    LMP_TRY(out.write(s));
+    LMP_TRY(out.flush_stdout());
+  }
+  return {};
 }
 
 Status stats(const Options& o, cli::Output& out) {
@@ -407,14 +418,14 @@ int main(int argc, char** argv) {
 
   CLI::App* nb_cmd = app.add_subcommand("neighbors", "the nearest tokens to TOKEN by cosine similarity");
   nb_cmd->add_option("MODEL", o.model, "model file")->required();
-  nb_cmd->add_option("TOKEN", o.token, "a token id, a token as the vocabulary spells it, or text that is one token")
+  nb_cmd->add_option("TOKEN", o.tokens, "token ids, tokens as the vocabulary spells them, or texts that are one token")
       ->required();
   nb_cmd->add_option("-k", o.k, "how many (default 10)")->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24));
   nb_cmd->add_option("-t,--tokenizer", o.tokenizer, "token strings from this tokenizer (GGUF files carry their own)");
   nb_cmd->add_option("--tensor", o.tensor, "the embedding tensor's name");
   nb_cmd->add_option("-j,--threads", o.threads, "threads for the scan (default 1)")->check(CLI::Range(1, 256));
   nb_cmd->add_flag("--json", o.json, "as JSON");
-  nb_cmd->add_flag("--timing", o.timing, "print the scan's time and memory bandwidth on stderr");
+  nb_cmd->add_flag("--timing", o.timing, "print each scan's time and memory bandwidth on stderr");
   nb_cmd->add_option("-o,--output", o.output, "write here instead of standard output");
 
   CLI::App* st_cmd = app.add_subcommand("stats", "row-norm distribution, under-trained tokens, duplicate rows");
@@ -439,7 +450,7 @@ int main(int argc, char** argv) {
       "embed-inspect",
       "[OPTION]... MODEL\n       embed-inspect --hidden H --what-if-vocab N... [OPTION]...\n"
       "       embed-inspect rows MODEL (--ids FILE | -t TOKENIZER --text TEXT) [-o OUT.npy]\n"
-      "       embed-inspect neighbors MODEL TOKEN [-k K] [-t TOKENIZER]\n"
+      "       embed-inspect neighbors MODEL TOKEN... [-k K] [-t TOKENIZER]\n"
       "       embed-inspect stats MODEL [-t TOKENIZER] [--top N]\n"
       "       embed-inspect export MODEL -o OUT.{npy,safetensors,gguf} [--dtype T]",
       "Inspect the token-embedding matrix [vocab, hidden] of a model: sizes, dtype, whether the output\n"
