@@ -1,8 +1,12 @@
 // tok-encode: text → token ids (one line of ids per input line), and back with --decode.
+#include <cstring>
+#include <limits>
+
 #include "common/cli.h"
 #include "lmpipe/core/npy.h"
 #include "lmpipe/core/parallel.h"
 #include "lmpipe/core/rng.h"
+#include "lmpipe/tensor_io/npy_stream.h"
 #include "lmpipe/tok/byte_level.h"
 #include "lmpipe/tok/ids.h"
 #include "lmpipe/tok/sentencepiece.h"
@@ -135,45 +139,37 @@ Status decode_line(const tok::Tokenizer& t, const Options& o, std::string_view l
   return {};
 }
 
-// A stream of .npy id arrays, decoded array by array as they arrive; `buf` holds the
-// start of the stream.
-Status decode_npy_stream(const tok::Tokenizer& t, const Options& o, io::ChunkReader& reader,
-                         const std::string& name, std::string buf, cli::Output& out) {
-  std::string text, more;
-  std::vector<std::vector<std::int32_t>> arrays;
-  std::size_t consumed = 0, index = 0;  // bytes of the stream before `buf`; arrays decoded
-  bool eof = false;
+// A stream of .npy id arrays (int32 or int64, 1-D), decoded array by array as they arrive.
+Status decode_npy_stream(const tok::Tokenizer& t, const Options& o, tensor_io::NpyStreamReader& in, cli::Output& out) {
+  std::string text;
+  std::vector<TokenId> ids;
+  tensor_io::NpyArray a;
   for (;;) {
-    // Decode every complete array at the front of `buf`.
-    std::size_t off = 0;
-    while (off < buf.size()) {
-      std::string_view rest = std::string_view(buf).substr(off);
-      auto h = npy::parse_header(rest, name, consumed + off);
-      if (!h.ok()) {
-        if (!eof) break;  // perhaps incomplete: read more first
-        return std::move(h).error();
+    LMP_ASSIGN(bool got, in.next(a));
+    if (!got) return {};
+    if ((a.dtype != DType::i32 && a.dtype != DType::i64) || a.shape.size() > 1)
+      return make_error(Errc::parse, "{}: array {} (byte {}): token ids must be a 1-D int32 or int64 array, not {} [{}]",
+                        in.name(), a.index, a.offset, dtype_name(a.dtype), fmt::join(a.shape, ", "));
+    ids.resize(a.count());
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      std::int64_t v;
+      if (a.dtype == DType::i32) {
+        std::int32_t x;
+        std::memcpy(&x, a.data.data() + 4 * i, 4);
+        v = x;
+      } else {
+        std::memcpy(&v, a.data.data() + 8 * i, 8);
       }
-      std::size_t n = h->header_bytes + h->data_bytes;
-      arrays.clear();
-      LMP_TRY(npy::read_id_arrays(rest.substr(0, n), name, arrays));
-      for (const auto& a : arrays) {
-        ++index;
-        text.clear();
-        auto st = t.decode(a.data(), a.size(), text, o.skip_special);
-        if (!st.ok()) return make_error(Errc::parse, "{}: array {}: {}", name, index, st.error().message);
-        text += '\n';
-        LMP_TRY(out.write(text));
-      }
-      off += n;
+      if (v < std::numeric_limits<TokenId>::min() || v > std::numeric_limits<TokenId>::max())
+        return make_error(Errc::parse, "{}: array {}: token id {} is out of range", in.name(), a.index, v);
+      ids[i] = static_cast<TokenId>(v);
     }
-    buf.erase(0, off);
-    consumed += off;
+    text.clear();
+    auto st = t.decode(ids.data(), ids.size(), text, o.skip_special);
+    if (!st.ok()) return make_error(Errc::parse, "{}: array {}: {}", in.name(), a.index, st.error().message);
+    text += '\n';
+    LMP_TRY(out.write(text));
     LMP_TRY(out.flush_stdout());
-    if (eof) return {};
-    LMP_ASSIGN(bool got, reader.next_bytes(more, std::size_t{1} << 20));
-    if (!got) eof = true;
-    buf += more;
-    if (eof && buf.empty()) return {};
   }
 }
 
@@ -189,7 +185,8 @@ Status decode_all(const tok::Tokenizer& t, const Options& o, cli::Output& out) {
       LMP_ASSIGN(bool more, reader->next(chunk, std::size_t{1} << 20));
       if (!more) break;
       if (first && std::string_view(chunk).substr(0, npy::kMagic.size()) == npy::kMagic) {
-        LMP_TRY(decode_npy_stream(t, o, *reader, name, std::move(chunk), out));
+        auto in = tensor_io::NpyStreamReader::from(std::move(reader), std::move(chunk));
+        LMP_TRY(decode_npy_stream(t, o, *in, out));
         break;
       }
       first = false;

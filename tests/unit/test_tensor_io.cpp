@@ -10,6 +10,7 @@
 #include <random>
 
 #include "lmpipe/core/io.h"
+#include "lmpipe/tensor_io/npy_stream.h"
 #include "lmpipe/tensor_io/tensor_file.h"
 
 using namespace lmp;
@@ -335,5 +336,57 @@ TEST_CASE("lying and truncated headers give located errors, never a crash or a h
   f = open_bytes(npy.substr(0, npy.size() - 1));
   REQUIRE_FALSE(f.ok());
   CHECK_THAT(f.error().message, Catch::Contains("announces"));
+  std::remove(p.c_str());
+}
+
+TEST_CASE("a stream of .npy arrays: read one by one, a lying header ends in a located error", "[tensor_io][npy]") {
+  auto vals = random_floats(64, 31);
+  std::string stream;
+  for (int k = 0; k < 3; ++k) {
+    auto b = npy_bytes(TensorOut{"x", k == 1 ? DType::f16 : DType::f32, {2, 8 * (k + 1)}, vals.data()});
+    REQUIRE(b.ok());
+    stream += *b;
+  }
+  std::string p = temp_path("s.npy");
+  REQUIRE(io::write_file_atomic(p, stream).ok());
+  auto r = NpyStreamReader::open(p);
+  REQUIRE(r.ok());
+  NpyArray a;
+  for (int k = 0; k < 3; ++k) {
+    auto got = (*r)->next(a);
+    REQUIRE(got.ok());
+    REQUIRE(*got);
+    CHECK(a.index == static_cast<std::size_t>(k + 1));
+    CHECK(a.shape == std::vector<std::int64_t>{2, 8 * (k + 1)});
+    CHECK(a.dtype == (k == 1 ? DType::f16 : DType::f32));
+    if (k != 1) CHECK(std::memcmp(a.data.data(), vals.data(), a.data.size()) == 0);
+  }
+  auto end = (*r)->next(a);
+  REQUIRE(end.ok());
+  CHECK_FALSE(*end);
+  // The same stream opened as a tensor file: three tensors.
+  auto f = TensorFile::open(p);
+  REQUIRE(f.ok());
+  REQUIRE((*f)->tensors().size() == 3);
+  CHECK((*f)->find("array.2")->shape == std::vector<std::int64_t>{2, 24});
+  // A header announcing far more data than follows: an error naming the array, no allocation.
+  std::string lie = npy_bytes(TensorOut{"x", DType::f32, {1, 16}, vals.data()}).value();
+  auto pos = lie.find("(1, 16)");
+  REQUIRE(pos != std::string::npos);
+  lie.replace(pos, 7, "(99999999999, 16)");
+  auto nl = lie.find('\n');
+  lie.erase(nl - 10, 10);  // keep the header length: ten spaces of the padding go
+  REQUIRE(io::write_file_atomic(p, stream + lie).ok());
+  r = NpyStreamReader::open(p);
+  REQUIRE(r.ok());
+  for (int k = 0; k < 3; ++k) REQUIRE((*r)->next(a).ok());
+  auto bad = (*r)->next(a);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::Contains("truncated") && Catch::Contains(std::to_string(stream.size())));
+  // Trailing bytes that are no array.
+  REQUIRE(io::write_file_atomic(p, stream + "junk").ok());
+  auto tf = TensorFile::open(p);
+  REQUIRE_FALSE(tf.ok());
+  CHECK_THAT(tf.error().message, Catch::Contains("4 bytes after the last array"));
   std::remove(p.c_str());
 }

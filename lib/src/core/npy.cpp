@@ -81,10 +81,18 @@ std::string_view dict_value(std::string_view dict, std::string_view k) {
 
 }  // namespace
 
-Result<Header> parse_header(std::string_view buf, const std::string& name, std::size_t offset) {
+Result<Header> parse_header(std::string_view buf, const std::string& name, std::size_t offset, bool require_data,
+                            bool* incomplete) {
   auto err = [&](std::string_view what) {
     return make_error(Errc::parse, "{}: array at byte {}: {}", name, offset, what);
   };
+  if (incomplete) *incomplete = false;
+  auto short_of = [&](std::size_t need) {  // true when more bytes may complete the header
+    if (buf.size() >= need || require_data || !incomplete) return false;
+    *incomplete = true;
+    return true;
+  };
+  if (short_of(10)) return Header{};
   if (buf.size() < 10 || buf.substr(0, 6) != kMagic) return err("not a .npy array (bad magic)");
   auto major = static_cast<unsigned char>(buf[6]);
   std::size_t hl, pre;
@@ -92,6 +100,7 @@ Result<Header> parse_header(std::string_view buf, const std::string& name, std::
     hl = static_cast<unsigned char>(buf[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(buf[9])) << 8);
     pre = 10;
   } else if (major == 2 || major == 3) {
+    if (short_of(12)) return Header{};
     if (buf.size() < 12) return err("truncated header");
     hl = 0;
     for (int k = 3; k >= 0; --k) hl = (hl << 8) | static_cast<unsigned char>(buf[8 + static_cast<std::size_t>(k)]);
@@ -99,6 +108,8 @@ Result<Header> parse_header(std::string_view buf, const std::string& name, std::
   } else {
     return err(fmt::format("unsupported .npy version {}", major));
   }
+  if (hl > 1u << 20) return err(fmt::format("header of {} bytes (at most 1 MiB)", hl));
+  if (short_of(pre + hl)) return Header{};
   if (hl > buf.size() - pre) return err("truncated header");
   std::string_view dict = buf.substr(pre, hl);
   Header h;
@@ -129,7 +140,7 @@ Result<Header> parse_header(std::string_view buf, const std::string& name, std::
   }
   if (count > (std::numeric_limits<std::uint64_t>::max() / esz)) return err("shape overflows");
   h.data_bytes = static_cast<std::size_t>(count * esz);
-  if (h.data_bytes > buf.size() - h.header_bytes)
+  if (require_data && h.data_bytes > buf.size() - h.header_bytes)
     return err(fmt::format("header announces {} bytes of data but only {} follow", h.data_bytes,
                            buf.size() - h.header_bytes));
   return h;

@@ -7,6 +7,7 @@
 #include "lmpipe/core/io.h"
 #include "lmpipe/core/json.h"
 #include "lmpipe/core/npy.h"
+#include "lmpipe/tensor_io/npy_stream.h"
 
 namespace lmp::tensor_io {
 
@@ -310,28 +311,31 @@ struct Parsers {
     return index(f);
   }
 
+  // One array, or a stream of arrays back to back ("array.0", "array.1", ...).
   static Status npy(TensorFile& f) {
     auto buf = f.map_.view();
-    LMP_ASSIGN(auto h, npy::parse_header(buf, f.name(), 0));
-    if (h.fortran_order)
-      return make_error(Errc::unsupported, "{}: Fortran-order arrays are not supported (save with C order)", f.name());
-    static constexpr std::pair<std::string_view, DType> kDescr[] = {
-        {"<f4", DType::f32}, {"<f2", DType::f16}, {"<f8", DType::f64}, {"<i4", DType::i32}, {"<i8", DType::i64},
-        {"<i2", DType::i16}, {"|i1", DType::i8},  {"|u1", DType::u8},  {"<V2", DType::bf16}};
-    TensorInfo t;
-    t.name = "array";
-    bool known = false;
-    for (auto& [d, dt] : kDescr)
-      if (h.descr == d) {
-        t.dtype = dt;
-        known = true;
-      }
-    if (!known) return make_error(Errc::unsupported, "{}: dtype '{}' is not supported", f.name(), h.descr);
-    t.shape = h.shape;
-    t.offset = h.header_bytes;
-    t.nbytes = h.data_bytes;
+    std::size_t off = 0;
     f.version_ = static_cast<unsigned char>(buf[6]);
-    f.tensors_.push_back(std::move(t));
+    while (off < buf.size()) {
+      if (off > 0 && buf.substr(off, npy::kMagic.size()) != npy::kMagic)
+        return make_error(Errc::parse, "{}: {} bytes after the last array at byte {} are not a .npy array", f.name(),
+                          buf.size() - off, off);
+      LMP_ASSIGN(auto h, npy::parse_header(buf.substr(off), f.name(), off));
+      if (h.fortran_order)
+        return make_error(Errc::unsupported, "{}: array at byte {}: Fortran order is not supported (save in C order)",
+                          f.name(), off);
+      auto dt = npy_dtype(h.descr);
+      if (!dt) return make_error(Errc::unsupported, "{}: array at byte {}: dtype '{}' is not supported", f.name(), off, h.descr);
+      TensorInfo t;
+      t.name = fmt::format("array.{}", f.tensors_.size());
+      t.dtype = *dt;
+      t.shape = h.shape;
+      t.offset = off + h.header_bytes;
+      t.nbytes = h.data_bytes;
+      f.tensors_.push_back(std::move(t));
+      off += h.header_bytes + h.data_bytes;
+    }
+    if (f.tensors_.size() == 1) f.tensors_[0].name = "array";
     return index(f);
   }
 

@@ -26,9 +26,12 @@ void append_header(std::string& out, std::string_view descr, const std::vector<s
 // Append a 1-D int32 array.
 void append_i32(std::string& out, const std::int32_t* data, std::size_t n);
 
-// Parse the header at the start of `buf`; `name` locates errors. Checks that the
-// data it announces fits in `available` bytes before anything is allocated.
-Result<Header> parse_header(std::string_view buf, const std::string& name, std::size_t offset);
+// Parse the header at the start of `buf`; `name` and `offset` (the array's byte in the
+// input) locate errors. With `require_data`, also checks that the data it announces
+// follows in `buf`, before anything is allocated. Without it (a stream still arriving),
+// a header that is not complete yet is reported by `incomplete` instead of an error.
+Result<Header> parse_header(std::string_view buf, const std::string& name, std::size_t offset,
+                            bool require_data = true, bool* incomplete = nullptr);
 
 // Read a stream of 1-D integer arrays (int32 or int64, little-endian) from `buf`.
 Status read_id_arrays(std::string_view buf, const std::string& name,
