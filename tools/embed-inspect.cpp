@@ -331,6 +331,56 @@ Status stats(const Options& o, cli::Output& out) {
   return out.write(s);
 }
 
+// A metadata value as JSON: scalars as themselves, arrays as their element type, count
+// and first `head` elements.
+std::string meta_json(const tensor_io::MetaValue& v, std::size_t head = 16) {
+  using tensor_io::MetaType;
+  switch (v.type) {
+    case MetaType::string: return js(v.s);
+    case MetaType::boolean: return v.u ? "true" : "false";
+    case MetaType::f32: case MetaType::f64: return std::isfinite(v.f) ? v.to_string() : js(v.to_string());
+    case MetaType::array: {
+      std::string o = fmt::format("{{\"elem\":\"{}\",\"count\":{},\"head\":[", tensor_io::meta_type_name(v.elem), v.items.size());
+      for (std::size_t i = 0; i < v.items.size() && i < head; ++i) o += (i ? "," : "") + meta_json(v.items[i], head);
+      return o + "]}";
+    }
+    default: return v.to_string();
+  }
+}
+
+// list: every metadata key and every tensor of a tensor file.
+Status list(const Options& o, cli::Output& out) {
+  LMP_ASSIGN(auto f, TensorFile::open(o.model));
+  std::string s;
+  if (o.json) {
+    s = fmt::format("{{\"file\":{},\"format\":\"{}\",\"version\":{},\"metadata\":{{", js(f->name()),
+                    tensor_io::format_name(f->format()), f->version());
+    for (std::size_t i = 0; i < f->metadata().size(); ++i) {
+      const auto& [k, v] = f->metadata()[i];
+      s += fmt::format("{}{}:{{\"type\":\"{}\",\"value\":{}}}", i ? "," : "", js(k), tensor_io::meta_type_name(v.type),
+                       meta_json(v));
+    }
+    s += "},\"tensors\":[";
+    for (std::size_t i = 0; i < f->tensors().size(); ++i) {
+      const auto& t = f->tensors()[i];
+      s += fmt::format("{}{{\"name\":{},\"dtype\":\"{}\",\"shape\":{},\"offset\":{},\"bytes\":{}}}", i ? "," : "",
+                       js(t.name), dtype_name(t.dtype), shape_str(t.shape), t.offset, t.nbytes);
+    }
+    s += "]}\n";
+    return out.write(s);
+  }
+  s += fmt::format("{} ({}{}, {}): {} metadata keys, {} tensors\n", f->name(), tensor_io::format_name(f->format()),
+                   f->format() == tensor_io::Format::gguf ? fmt::format(" v{}", f->version()) : "",
+                   hb(static_cast<double>(f->file_size())), f->metadata().size(), f->tensors().size());
+  for (const auto& [k, v] : f->metadata())
+    s += fmt::format("  {:<40} {:<6} {}\n", k, tensor_io::meta_type_name(v.type), v.to_string());
+  if (!f->tensors().empty()) s += fmt::format("  {:<40} {:<6} {:<20} {:>14} {:>12}\n", "tensor", "dtype", "shape", "offset", "bytes");
+  for (const auto& t : f->tensors())
+    s += fmt::format("  {:<40} {:<6} {:<20} {:>14} {:>12}\n", t.name, dtype_name(t.dtype), shape_str(t.shape), t.offset,
+                     t.nbytes);
+  return out.write(s);
+}
+
 // export: the embedding (and an untied output projection) as .npy, safetensors or GGUF,
 // converted to --dtype; the format follows the output's name.
 Status export_matrix(const Options& o) {
@@ -388,7 +438,8 @@ const char* kExamples =
     "  embed-inspect rows model.safetensors -t tokenizer.json --text 'Hello world' > rows.npy\n"
     "  embed-inspect neighbors model.gguf king -k 10\n"
     "  embed-inspect stats model.gguf --json\n"
-    "  embed-inspect export model.safetensors -o emb.gguf --dtype q8_0";
+    "  embed-inspect export model.safetensors -o emb.gguf --dtype q8_0\n"
+    "  embed-inspect list model.gguf                  # every metadata key and tensor";
 
 }  // namespace
 
@@ -438,6 +489,11 @@ int main(int argc, char** argv) {
   st_cmd->add_flag("--json", o.json, "as JSON");
   st_cmd->add_option("-o,--output", o.output, "write here instead of standard output");
 
+  CLI::App* ls_cmd = app.add_subcommand("list", "every metadata key and tensor of the file (name, dtype, shape, offset, bytes)");
+  ls_cmd->add_option("MODEL", o.model, "model file")->required();
+  ls_cmd->add_flag("--json", o.json, "as JSON");
+  ls_cmd->add_option("-o,--output", o.output, "write here instead of standard output");
+
   CLI::App* ex_cmd = app.add_subcommand("export", "write the embedding (and an untied output) as .npy, safetensors or GGUF");
   ex_cmd->add_option("MODEL", o.model, "model file")->required();
   ex_cmd->add_option("-o,--output", o.output, "OUT.npy, OUT.safetensors or OUT.gguf (required)")->required();
@@ -452,7 +508,8 @@ int main(int argc, char** argv) {
       "       embed-inspect rows MODEL (--ids FILE | -t TOKENIZER --text TEXT) [-o OUT.npy]\n"
       "       embed-inspect neighbors MODEL TOKEN... [-k K] [-t TOKENIZER]\n"
       "       embed-inspect stats MODEL [-t TOKENIZER] [--top N]\n"
-      "       embed-inspect export MODEL -o OUT.{npy,safetensors,gguf} [--dtype T]",
+      "       embed-inspect export MODEL -o OUT.{npy,safetensors,gguf} [--dtype T]\n"
+      "       embed-inspect list MODEL [--json]",
       "Inspect the token-embedding matrix [vocab, hidden] of a model: sizes, dtype, whether the output\n"
       "projection is the same matrix (tied), memory at other vocabulary sizes, rows, neighbours, norms.",
       "MODEL is a GGUF file, a safetensors file, a llama2.c checkpoint or a 2-D .npy matrix; the format\n"
@@ -482,6 +539,7 @@ int main(int argc, char** argv) {
     if (is_rows) LMP_TRY(rows(o, *out));
     else if (nb_cmd->parsed()) LMP_TRY(neighbors(o, *out));
     else if (st_cmd->parsed()) LMP_TRY(stats(o, *out));
+    else if (ls_cmd->parsed()) LMP_TRY(list(o, *out));
     else LMP_TRY(summary(o, *out));
     return out->close();
   });

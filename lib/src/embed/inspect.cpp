@@ -33,10 +33,13 @@ Result<ModelEmbedding> find_embedding(const TensorFile& f, const std::string& na
   } else {
     for (const char* n : kEmbeddingNames)
       if ((m.embedding = f.find(n))) break;
+    if (f.tensors().empty())
+      return make_error(Errc::invalid_argument, "{}: the file holds no tensors ({} metadata keys; a vocabulary-only file?); "
+                        "`embed-inspect list` shows them", f.name(), f.metadata().size());
     if (!m.embedding)
       return make_error(Errc::invalid_argument,
                         "{}: no token-embedding tensor found (looked for token_embd.weight, model.embed_tokens.weight, "
-                        "wte.weight, ...); name it with --tensor",
+                        "wte.weight, ...); name it with --tensor (`embed-inspect list` shows the tensors)",
                         f.name());
   }
   const TensorInfo& e = *m.embedding;

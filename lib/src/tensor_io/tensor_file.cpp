@@ -78,7 +78,8 @@ std::string MetaValue::to_string(std::size_t max_items) const {
       return o;
     }
     case MetaType::boolean: return u ? "true" : "false";
-    case MetaType::f32: case MetaType::f64: return fmt::format("{}", f);
+    case MetaType::f32: return fmt::format("{}", static_cast<float>(f));  // the shortest form that reads back
+    case MetaType::f64: return fmt::format("{}", f);
     case MetaType::array: {
       std::string o = fmt::format("[{} × {}]", items.size(), meta_type_name(elem));
       if (max_items == 0) return o;
