@@ -1,4 +1,5 @@
 // tok-encode: text → token ids (one line of ids per input line), and back with --decode.
+#include <atomic>
 #include <cstring>
 #include <limits>
 
@@ -104,17 +105,28 @@ Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, t
   std::vector<std::unique_ptr<Worker>> workers;
   for (int i = 0; i < o.threads; ++i) workers.push_back(std::make_unique<Worker>(t, o.seed));
   std::string chunk;
-  const std::size_t chunk_bytes = static_cast<std::size_t>(o.threads) << 21;
+  std::vector<std::string> slice_out;
+  const std::size_t chunk_bytes = static_cast<std::size_t>(o.threads) << 22;
   for (const auto& file : o.files) {
     LMP_ASSIGN(auto reader, io::ChunkReader::open(file));
     cli::Progress progress("encoding " + reader->name());
     for (;;) {
       LMP_ASSIGN(bool more, reader->next(chunk, chunk_bytes));
       if (!more) break;
-      std::vector<std::string_view> slices = split_at_lines(chunk, o.threads);
-      run_parallel(slices.size(), [&](std::size_t k) { encode_slice(t, o, slices[k], *workers[k]); });
+      // Many small slices, taken by the workers as they finish the last one (lines differ
+      // in cost, so equal halves would leave one thread idle), written back in order.
+      const int n_slices = o.threads == 1 ? 1 : static_cast<int>(std::max<std::size_t>(1, chunk.size() >> 17));
+      std::vector<std::string_view> slices = split_at_lines(chunk, n_slices);
+      slice_out.resize(std::max(slice_out.size(), slices.size()));
+      std::atomic<std::size_t> next{0};
+      run_parallel(workers.size(), [&](std::size_t w) {
+        for (std::size_t k; (k = next.fetch_add(1)) < slices.size();) {
+          encode_slice(t, o, slices[k], *workers[w]);
+          std::swap(slice_out[k], workers[w]->out);
+        }
+      });
       for (std::size_t k = 0; k < slices.size(); ++k)
-        if (out && !slices[k].empty()) LMP_TRY(out->write(workers[k]->out));
+        if (out && !slices[k].empty()) LMP_TRY(out->write(slice_out[k]));
       if (out) LMP_TRY(out->flush_stdout());
       if (reader->size_hint())
         progress.update(static_cast<double>(reader->bytes_read()) / static_cast<double>(reader->size_hint()));
