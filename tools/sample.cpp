@@ -168,8 +168,9 @@ Status run(const Options& o, cli::Output& out) {
   for (const auto& file : o.files) {
     LMP_ASSIGN(auto in, tensor_io::NpyStreamReader::open(file));
     tensor_io::NpyArray a;
-    for (;;) {
+    for (std::size_t arrays = 0;; ++arrays) {
       LMP_ASSIGN(bool got, in->next(a));
+      if (!got && arrays == 0) return make_error(Errc::parse, "{}: empty input: no .npy array of logits", in->name());
       if (!got) break;
       const std::string where0 = fmt::format("{}: array {}", in->name(), a.index);
       if (a.dtype != DType::f32 && a.dtype != DType::f16)
@@ -180,7 +181,7 @@ Status run(const Options& o, cli::Output& out) {
       const std::size_t rows = a.shape.size() == 2 ? static_cast<std::size_t>(a.shape[0]) : 1;
       if (vocab == 0) return make_error(Errc::parse, "{}: rows of 0 logits", where0);
       if (tok && tok->vocab_size() != vocab)
-        return make_error(Errc::invalid_argument, "{}: rows have {} logits, but the tokenizer has {} tokens", where0, vocab,
+        return make_error(Errc::parse, "{}: rows have {} logits, but the tokenizer has {} tokens", where0, vocab,
                           tok->vocab_size());
       row.resize(vocab);
       r.drawn.clear();

@@ -206,7 +206,27 @@ void remove_pending_temporaries_signal_safe() {
 Result<std::unique_ptr<AtomicFile>> AtomicFile::create(const std::string& path) {
   std::unique_ptr<AtomicFile> f(new AtomicFile());
   f->path_ = path;
-  std::string tmpl = path + ".tmp.XXXXXX";
+  // An existing file that is not a regular file (/dev/null, a FIFO, a terminal) is
+  // written in place: renaming a temporary over it would replace the device itself.
+  // A symbolic link is followed: its target is replaced, the link stays.
+  std::string target = path;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) {
+      if (S_ISDIR(st.st_mode)) return make_error(Errc::io, "cannot write '{}': Is a directory", path);
+      int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0) return make_error(Errc::io, "cannot open '{}': {}", path, errno_message(errno));
+      f->fd_ = fd;
+      f->direct_ = true;
+      return f;
+    }
+    if (char* real = ::realpath(path.c_str(), nullptr)) {
+      target = real;
+      std::free(real);
+    }
+  }
+  f->target_ = target;
+  std::string tmpl = target + ".tmp.XXXXXX";
   int fd = ::mkstemp(tmpl.data());
   if (fd < 0) return make_error(Errc::io, "cannot create '{}': {}", path, errno_message(errno));
   f->fd_ = fd;
@@ -224,6 +244,13 @@ AtomicFile::~AtomicFile() {
 Status AtomicFile::write(std::string_view data) { return write_all(fd_, data, path_); }
 
 Status AtomicFile::commit() {
+  if (direct_) {
+    committed_ = true;
+    int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) return make_error(Errc::io, "cannot write '{}': {}", path_, errno_message(errno));
+    return {};
+  }
   // mkstemp creates 0600; give the file the mode a plain open() would (0666 & ~umask).
   mode_t um = ::umask(0);
   ::umask(um);
@@ -235,7 +262,7 @@ Status AtomicFile::commit() {
     return make_error(Errc::io, "cannot write '{}': {}", path_, errno_message(errno));
   }
   fd_ = -1;
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0)
     return make_error(Errc::io, "cannot rename to '{}': {}", path_, errno_message(errno));
   committed_ = true;
   return {};

@@ -47,6 +47,7 @@ Status Candidates::load(const float* logits, std::size_t n) {
   items.resize(w);
   dense = w == n;
   sorted = false;
+  has_mass = false;
   return {};
 }
 
@@ -237,10 +238,11 @@ class TopP final : public Sampler {
     // taken until the mass reaches p (and at least min_keep are kept).
     std::size_t w = 0;
     edge_.clear();
-    for (const auto& x : c.items) {
+    for (const auto& x : c.items) {  // branch-free keep: survivors come in random order
       auto b = static_cast<int>((hi - x.logit) * scale);
-      if (b < bb) c.items[w++] = x;
-      else if (b == bb) edge_.push_back(x);
+      c.items[w] = x;
+      w += static_cast<std::size_t>(b < bb);
+      if (b == bb) edge_.push_back(x);  // rare: predictable
     }
     std::sort(edge_.begin(), edge_.end(), before);
     for (const auto& x : edge_) {
@@ -251,6 +253,9 @@ class TopP final : public Sampler {
     c.items.resize(w);
     c.dense = false;
     c.sorted = false;
+    c.has_mass = true;
+    c.mass_ref = hi;
+    c.mass = cum;
   }
 
  private:
@@ -262,6 +267,9 @@ class TopP final : public Sampler {
     std::size_t n = 0;
     while (n < c.items.size() && (cum < target || n < min_keep_)) cum += static_cast<double>(std::exp(c.items[n++].logit - hi));
     c.items.resize(n);
+    c.has_mass = true;
+    c.mass_ref = hi;
+    c.mass = cum;
   }
   float p_;
   std::size_t min_keep_;
@@ -282,8 +290,10 @@ class MinP final : public Sampler {
     for (const auto& x : c.items) kept += x.logit >= t;
     if (kept < min_keep_) return keep_top(c, min_keep_);
     std::size_t w = 0;
-    for (const auto& x : c.items)
-      if (x.logit >= t) c.items[w++] = x;
+    for (const auto& x : c.items) {  // branch-free
+      c.items[w] = x;
+      w += static_cast<std::size_t>(x.logit >= t);
+    }
     if (w < c.items.size()) c.dense = false;
     c.items.resize(w);
   }
@@ -383,6 +393,7 @@ Result<Chain> Chain::make(const Config& cfg) {
 
 void Chain::apply(Candidates& c, const std::function<void(std::string_view, const Candidates&)>& trace) {
   for (auto& s : stages_) {
+    c.has_mass = false;  // only the stage that sets it, if it is the last, is trusted
     s->apply(c);
     if (trace) trace(s->name(), c);
   }
@@ -390,19 +401,23 @@ void Chain::apply(Candidates& c, const std::function<void(std::string_view, cons
 
 TokenId Chain::draw(const Candidates& c, Rng& rng) {
   if (greedy_ || c.items.size() == 1) return c.items[argmax(c)].id;
-  float m = max_logit(c);
-  auto& p = probs_;
-  p.resize(c.items.size());
-  double z = 0;
-  for (std::size_t i = 0; i < c.items.size(); ++i) {
-    p[i] = std::exp(c.items[i].logit - m);
-    z += static_cast<double>(p[i]);
+  // The normalizer, unless the last stage left it; then one walk of the CDF that stops at
+  // the chosen candidate (exp is computed only that far).
+  float m;
+  double z;
+  if (c.has_mass) {
+    m = c.mass_ref;
+    z = c.mass;
+  } else {
+    m = max_logit(c);
+    z = 0;
+    for (const auto& x : c.items) z += static_cast<double>(std::exp(x.logit - m));
   }
   const double u = rng.uniform() * z;
   double cum = 0;
-  for (std::size_t i = 0; i < c.items.size(); ++i) {
-    cum += static_cast<double>(p[i]);
-    if (u < cum) return c.items[i].id;
+  for (const auto& x : c.items) {
+    cum += static_cast<double>(std::exp(x.logit - m));
+    if (u < cum) return x.id;
   }
   return c.items.back().id;  // u within rounding of z
 }

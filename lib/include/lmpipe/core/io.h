@@ -51,6 +51,8 @@ class ChunkReader {
 // An output file written atomically: data goes to "<path>.tmp.XXXXXX" in the same
 // folder and is renamed over `path` by commit(). Destroyed without commit, the
 // temporary is removed, so a failed or interrupted run never leaves partial output.
+// An existing path that is not a regular file (/dev/null, a FIFO) is written in place;
+// a symbolic link is followed, so its target is replaced and the link kept.
 class AtomicFile {
  public:
   static Result<std::unique_ptr<AtomicFile>> create(const std::string& path);
@@ -64,8 +66,9 @@ class AtomicFile {
  private:
   AtomicFile() = default;
   int fd_ = -1;
-  std::string path_, tmp_;
+  std::string path_, tmp_, target_;
   bool committed_ = false;
+  bool direct_ = false;  // writing in place (not a regular file)
 };
 
 // Write `data` to `path` atomically ("-" writes to standard output).

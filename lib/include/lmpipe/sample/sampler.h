@@ -48,6 +48,11 @@ struct Candidates {
   bool sorted = false;
   bool dense = false;
   std::size_t n_vocab = 0;
+  // Set by a stage that already summed the survivors' exp(logit − mass_ref) (top-p), so
+  // the draw need not: valid while no stage changes items or logits after it.
+  bool has_mass = false;
+  float mass_ref = 0;
+  double mass = 0;
 
   // Load a row of logits; an error names the first NaN or +inf, or an all -inf row.
   Status load(const float* logits, std::size_t n);
@@ -105,7 +110,6 @@ class Chain {
  private:
   std::vector<std::unique_ptr<Sampler>> stages_;
   bool greedy_ = false;
-  std::vector<float> probs_;
 };
 
 // The p-value of a chi-square statistic with `dof` degrees of freedom (the upper tail:
