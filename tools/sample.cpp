@@ -165,6 +165,8 @@ Status run(const Options& o, cli::Output& out) {
     for (TokenId id : ids) r.chain.accept(id);
   }
   std::vector<float> row;
+  std::size_t vocab0 = 0;  // the row length of the first array: every row must match it
+  std::string first;
   for (const auto& file : o.files) {
     LMP_ASSIGN(auto in, tensor_io::NpyStreamReader::open(file));
     tensor_io::NpyArray a;
@@ -180,6 +182,13 @@ Status run(const Options& o, cli::Output& out) {
       const auto vocab = static_cast<std::size_t>(a.shape.back());
       const std::size_t rows = a.shape.size() == 2 ? static_cast<std::size_t>(a.shape[0]) : 1;
       if (vocab == 0) return make_error(Errc::parse, "{}: rows of 0 logits", where0);
+      if (vocab0 && vocab != vocab0)
+        return make_error(Errc::parse, "{}: rows of {} logits, but {} had rows of {} (ragged input)", where0, vocab, first,
+                          vocab0);
+      if (!vocab0) {
+        vocab0 = vocab;
+        first = where0;
+      }
       if (tok && tok->vocab_size() != vocab)
         return make_error(Errc::parse, "{}: rows have {} logits, but the tokenizer has {} tokens", where0, vocab,
                           tok->vocab_size());

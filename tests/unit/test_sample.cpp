@@ -44,8 +44,8 @@ std::map<TokenId, double> reference(const std::vector<float>& row, const Config&
     return p;
   };
   auto sort_desc = [&] { std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; }); };
-  std::vector<std::string> order = cfg.order == "llama" ? std::vector<std::string>{"top-k", "top-p", "min-p", "temperature"}
-                                                        : std::vector<std::string>{"temperature", "top-k", "top-p", "min-p"};
+  std::vector<std::string> order = cfg.order == "llama" ? std::vector<std::string>{"top-k", "typical", "top-p", "min-p", "temperature"}
+                                                        : std::vector<std::string>{"temperature", "top-k", "top-p", "min-p", "typical"};
   for (const auto& s : order) {
     if (s == "temperature" && cfg.temperature != 1.0f)
       for (auto& x : v) x.first /= static_cast<double>(cfg.temperature);
@@ -63,6 +63,25 @@ std::map<TokenId, double> reference(const std::vector<float>& row, const Config&
       std::size_t n = 0;
       while (n < v.size() && cum < static_cast<double>(cfg.top_p)) cum += p[n++];
       v.resize(std::max<std::size_t>(n, 1));
+    }
+    if (s == "typical" && cfg.typical < 1.0f) {
+      auto p = probs();
+      double h = 0;
+      for (double x : p) h -= x * std::log(x);
+      std::vector<std::size_t> idx(v.size());
+      for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+      std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
+        double da = std::fabs(-std::log(p[a]) - h), db = std::fabs(-std::log(p[b]) - h);
+        return da != db ? da < db : v[a].second < v[b].second;
+      });
+      double cum = 0;
+      std::vector<std::pair<double, TokenId>> k;
+      for (std::size_t i : idx) {
+        if (cum > static_cast<double>(cfg.typical)) break;
+        k.push_back(v[i]);
+        cum += p[i];
+      }
+      v = k;
     }
     if (s == "min-p" && cfg.min_p > 0) {
       auto p = probs();
@@ -151,6 +170,7 @@ TEST_CASE("200,000 draws fit the truncated distribution (chi-square, p > 0.001)"
     cfgs.push_back(with([&](Config& c) { c.order = order; c.top_k = 5; }));
     cfgs.push_back(with([&](Config& c) { c.order = order; c.top_p = 0.8f; }));
     cfgs.push_back(with([&](Config& c) { c.order = order; c.min_p = 0.2f; }));
+    cfgs.push_back(with([&](Config& c) { c.order = order; c.typical = 0.7f; }));
     cfgs.push_back(with([&](Config& c) { c.order = order; c.temperature = 1.5f; c.top_k = 20; c.top_p = 0.9f; c.min_p = 0.05f; }));
   }
   std::uint64_t seed = 1;
