@@ -1,0 +1,46 @@
+// A persistent pool of worker threads for the decode loop: run(n, f) calls f(i) for i in
+// [0, n) on the pool and the calling thread, and returns when all are done. Workers spin
+// briefly for the next job (a decode step dispatches hundreds of small jobs per token),
+// then sleep. No allocation per job.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace lmp {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);  // threads in all, the caller included (>= 1)
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // f(i) for i in [0, n), spread over the threads; blocks until every call returned.
+  void run(std::size_t n, const std::function<void(std::size_t)>& f);
+
+ private:
+  struct Job {
+    const std::function<void(std::size_t)>* f;
+    std::size_t n;
+    std::atomic<std::size_t> next{0}, done{0};
+  };
+  void work();
+  static void drain(Job& j);
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::atomic<Job*> job_{nullptr};    // the job being run, or null
+  std::atomic<int> active_{0};        // workers inside a job
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace lmp

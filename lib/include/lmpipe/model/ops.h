@@ -1,0 +1,49 @@
+// The kernels of the decode step. Output first (llm.c's convention); shapes in comments.
+// Dimension names: n_embd (model width), n_ff (feed-forward width), head_dim, n_head,
+// n_kv_head, n_vocab, n_ctx.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "lmpipe/tensor_io/dtype.h"
+
+namespace lmp::model {
+
+// A 2-D weight (rows, cols) in any dtype: row r holds the weights of output r.
+struct Weight {
+  DType dtype = DType::f32;
+  const std::byte* data = nullptr;
+  std::int64_t rows = 0, cols = 0;
+  std::size_t row_bytes = 0;
+  std::uint64_t bytes() const { return static_cast<std::uint64_t>(rows) * row_bytes; }
+};
+
+// An activation vector quantized to q8_0-style blocks (32 int8 and a float scale), the
+// other operand of the int8 dot products of q8_0 and q4_0 weights.
+struct QuantizedVec {
+  std::vector<std::int8_t> q;  // (n)
+  std::vector<float> d;        // (n / 32)
+};
+void quantize_activation(QuantizedVec& out, const float* x, std::size_t n);
+
+// out (hi - lo) = W[lo:hi] · x, x (cols); `xq` is x quantized (needed for q8_0, q4_0).
+void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi);
+
+// out (n) = x / rms(x) * w
+void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
+// x (n) = softmax(x), the maximum subtracted
+void softmax(float* x, int n);
+
+// Rotary position embedding of the heads of v (n_head, head_dim) at position pos.
+// Adjacent pairs (x[2i], x[2i+1]): llama.cpp's LLaMA layout (GGUF files and llama2.c
+// checkpoints, whose q/k rows are permuted so); halves (x[i], x[i + head_dim/2]): HF's
+// rotate_half layout, which GGUF keeps for Qwen2 (llama.cpp's NEOX).
+enum class RopeLayout { adjacent, halves };
+void rope(float* v, int n_head, int head_dim, int pos, float theta, RopeLayout layout);
+
+// Which kernels this CPU runs: "avx512-vnni", "avx2", or "scalar".
+const char* kernel_name();
+
+}  // namespace lmp::model

@@ -1,0 +1,77 @@
+// A LLaMA-family decoder (LLaMA, Llama 2/3, TinyLlama, Qwen2): token embedding, per layer
+// RMSNorm → attention with rotary positions (grouped-query: n_kv_head <= n_head, so MHA, GQA
+// and MQA are one code path; Qwen2's q/k/v biases) → residual → RMSNorm → SwiGLU
+// feed-forward → residual; final RMSNorm; output projection, tied to the embedding or not.
+//
+// Weights are views into the mapped file (GGUF, or a llama2.c checkpoint) in f32, f16,
+// bf16, q8_0 or q4_0; only the norm vectors are converted to f32 at load. The keys and
+// values of every position go to a KvCache, so a decode step computes only the new token.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lmpipe/core/result.h"
+#include "lmpipe/core/thread_pool.h"
+#include "lmpipe/embed/embedding.h"
+#include "lmpipe/kv/kv_cache.h"
+#include "lmpipe/model/ops.h"
+#include "lmpipe/tensor_io/tensor_file.h"
+
+namespace lmp::model {
+
+struct Config {
+  std::string arch;          // llama, qwen2
+  int n_vocab = 0, n_embd = 0, n_layer = 0, n_head = 0, n_kv_head = 0, n_ff = 0;
+  int n_ctx_train = 0;       // the context length the model was trained with
+  float rope_theta = 10000.0f;
+  float rms_eps = 1e-5f;
+  RopeLayout rope = RopeLayout::adjacent;
+  bool tied = false;         // the output projection is the embedding
+  int head_dim() const { return n_embd / n_head; }
+  int kv_dim() const { return n_kv_head * head_dim(); }
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;  // (n_embd)
+  Weight wq, wk, wv, wo;                   // (n_embd, n_embd), (kv_dim, n_embd) ×2, (n_embd, n_embd)
+  std::vector<float> bq, bk, bv;           // Qwen2 biases, or empty
+  Weight w_gate, w_up, w_down;             // (n_ff, n_embd) ×2, (n_embd, n_ff)
+};
+
+class Transformer {
+ public:
+  // Read the configuration from the file's metadata (GGUF llama/qwen2 keys; the llama.*
+  // keys a llama2.c checkpoint is read with) and view the weights. The file must outlive it.
+  static Result<std::unique_ptr<Transformer>> load(const tensor_io::TensorFile& f);
+
+  const Config& config() const { return cfg_; }
+  // Bytes of weights one decode step reads (every matrix once, the embedding row aside).
+  std::uint64_t weight_bytes_per_token() const;
+  std::string describe() const;  // "llama: 5 layers, n_embd 64, 8 heads (4 kv), ... f32"
+
+  // One token at position `pos` (the cache holds positions 0..pos-1 of sequence 0):
+  // appends its keys and values and writes the logits (n_vocab). Errors: an id outside
+  // the vocabulary, a full context.
+  Status forward(TokenId token, int pos, kv::KvCache& cache, float* logits, ThreadPool& pool);
+
+ private:
+  Transformer() = default;
+  void matvecs(std::span<const std::pair<const Weight*, float*>> jobs, const float* x, ThreadPool& pool);
+  void attention(int layer, int pos, const kv::KvCache& cache, ThreadPool& pool);
+
+  Config cfg_;
+  embed::Embedding embedding_;
+  Weight output_;                      // (n_vocab, n_embd): output.weight or the embedding itself
+  std::vector<float> output_norm_;     // (n_embd)
+  std::vector<LayerWeights> layers_;
+  bool quantized_ = false;             // some matrix is q8_0 or q4_0
+  // Scratch: the state of one token ("the wave of activations").
+  std::vector<float> x_, xb_, xb2_, q_, k_, v_, att_, hb_, hb2_;  // see forward()
+  QuantizedVec xq_;
+  std::vector<kv::KvBlock> blocks_;
+};
+
+}  // namespace lmp::model

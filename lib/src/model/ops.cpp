@@ -1,0 +1,264 @@
+#include "lmpipe/model/ops.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace lmp::model {
+
+namespace {
+
+bool cpu_avx2() {
+  static const bool v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return v;
+}
+bool cpu_vnni() {
+  static const bool v = cpu_avx2() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512bw");
+  return v;
+}
+
+// ---- scalar reference kernels ----------------------------------------------------------
+
+float dot_f32_scalar(const float* a, const float* x, std::int64_t n) {
+  float s = 0;
+  for (std::int64_t i = 0; i < n; ++i) s += a[i] * x[i];
+  return s;
+}
+
+float dot_q8_scalar(const BlockQ8_0* w, const std::int8_t* xq, const float* xd, std::int64_t nb) {
+  float s = 0;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    int acc = 0;
+    for (int j = 0; j < 32; ++j) acc += w[b].qs[j] * xq[b * 32 + j];
+    s += static_cast<float>(acc) * f16_to_f32(w[b].d) * xd[b];
+  }
+  return s;
+}
+
+float dot_q4_scalar(const BlockQ4_0* w, const std::int8_t* xq, const float* xd, std::int64_t nb) {
+  float s = 0;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    int acc = 0;
+    for (int j = 0; j < 16; ++j) {
+      acc += ((w[b].qs[j] & 0x0F) - 8) * xq[b * 32 + j];
+      acc += ((w[b].qs[j] >> 4) - 8) * xq[b * 32 + 16 + j];
+    }
+    s += static_cast<float>(acc) * f16_to_f32(w[b].d) * xd[b];
+  }
+  return s;
+}
+
+// ---- AVX2 ------------------------------------------------------------------------------
+
+__attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) float dot_f32_avx2(const float* a, const float* x, std::int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(x + i + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(x + i + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(x + i + 24), s3);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), s0);
+  float s = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  for (; i < n; ++i) s += a[i] * x[i];
+  return s;
+}
+
+__attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const std::uint16_t* a, const float* x, std::int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8)));
+    s0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), s0);
+    s1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), s1);
+  }
+  float s = hsum(_mm256_add_ps(s0, s1));
+  for (; i < n; ++i) s += f16_to_f32(a[i]) * x[i];
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) float dot_bf16_avx2(const std::uint16_t* a, const float* x, std::int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
+    __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
+    __m256 w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
+    s0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), s0);
+    s1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), s1);
+  }
+  float s = hsum(_mm256_add_ps(s0, s1));
+  for (; i < n; ++i) s += bf16_to_f32(a[i]) * x[i];
+  return s;
+}
+
+// The int8 dot product of 32 weights w and 32 activations x, as 8 int32 lanes: the
+// unsigned × signed multiply-add needs an unsigned operand, so |w| times x with w's sign.
+__attribute__((target("avx2"))) inline __m256i dot32_avx2(__m256i w, __m256i x) {
+  __m256i aw = _mm256_sign_epi8(w, w), sx = _mm256_sign_epi8(x, w);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
+}
+__attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot32_vnni(__m256i w, __m256i x) {
+  __m256i aw = _mm256_sign_epi8(w, w), sx = _mm256_sign_epi8(x, w);
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
+}
+
+// The q8_0 and q4_0 loops, expanded twice: with AVX2's multiply-adds and with VNNI's.
+#define LMP_DOT_Q8(DOT32)                                                                   \
+  __m256 acc = _mm256_setzero_ps();                                                         \
+  for (std::int64_t b = 0; b < nb; ++b) {                                                   \
+    __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));            \
+    __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));        \
+    __m256 scale = _mm256_set1_ps(_cvtsh_ss(w[b].d) * xd[b]);                               \
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT32(wv, xv)), scale, acc);                   \
+  }                                                                                         \
+  return hsum(acc);
+
+#define LMP_DOT_Q4(DOT32)                                                                   \
+  __m256 acc = _mm256_setzero_ps();                                                         \
+  const __m128i low = _mm_set1_epi8(0x0F);                                                  \
+  const __m256i eight = _mm256_set1_epi8(8);                                                \
+  for (std::int64_t b = 0; b < nb; ++b) {                                                   \
+    __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));                \
+    /* elements 0..15 from the low nibbles, 16..31 from the high ones, each minus 8 */      \
+    __m256i wv = _mm256_sub_epi8(                                                           \
+        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low)), \
+        eight);                                                                             \
+    __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));        \
+    __m256 scale = _mm256_set1_ps(_cvtsh_ss(w[b].d) * xd[b]);                               \
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT32(wv, xv)), scale, acc);                   \
+  }                                                                                         \
+  return hsum(acc);
+
+__attribute__((target("avx2,fma,f16c"))) float dot_q8_avx2(const BlockQ8_0* w, const std::int8_t* xq, const float* xd,
+                                                         std::int64_t nb) {
+  LMP_DOT_Q8(dot32_avx2)
+}
+__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_q8_vnni(const BlockQ8_0* w,
+                                                                                       const std::int8_t* xq,
+                                                                                       const float* xd, std::int64_t nb) {
+  LMP_DOT_Q8(dot32_vnni)
+}
+__attribute__((target("avx2,fma,f16c"))) float dot_q4_avx2(const BlockQ4_0* w, const std::int8_t* xq, const float* xd,
+                                                         std::int64_t nb) {
+  LMP_DOT_Q4(dot32_avx2)
+}
+__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_q4_vnni(const BlockQ4_0* w,
+                                                                                       const std::int8_t* xq,
+                                                                                       const float* xd, std::int64_t nb) {
+  LMP_DOT_Q4(dot32_vnni)
+}
+#undef LMP_DOT_Q8
+#undef LMP_DOT_Q4
+
+}  // namespace
+
+const char* kernel_name() { return cpu_vnni() ? "avx512-vnni" : cpu_avx2() ? "avx2" : "scalar"; }
+
+void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
+  const std::size_t nb = n / 32;
+  out.q.resize(nb * 32);
+  out.d.resize(nb);
+  for (std::size_t b = 0; b < nb; ++b) {
+    float amax = 0;
+    for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out.d[b] = d;
+    for (std::size_t j = 0; j < 32; ++j) out.q[b * 32 + j] = static_cast<std::int8_t>(std::lround(x[b * 32 + j] * id));
+  }
+}
+
+void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi) {
+  const std::int64_t n = w.cols;
+  const bool avx2 = cpu_avx2(), vnni = cpu_vnni();
+  for (std::int64_t r = lo; r < hi; ++r) {
+    const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes;
+    float s = 0;
+    switch (w.dtype) {
+      case DType::f32: {
+        const auto* a = reinterpret_cast<const float*>(row);
+        s = avx2 ? dot_f32_avx2(a, x, n) : dot_f32_scalar(a, x, n);
+        break;
+      }
+      case DType::f16: {
+        const auto* a = reinterpret_cast<const std::uint16_t*>(row);
+        if (avx2) s = dot_f16_avx2(a, x, n);
+        else
+          for (std::int64_t i = 0; i < n; ++i) s += f16_to_f32(a[i]) * x[i];
+        break;
+      }
+      case DType::bf16: {
+        const auto* a = reinterpret_cast<const std::uint16_t*>(row);
+        if (avx2) s = dot_bf16_avx2(a, x, n);
+        else
+          for (std::int64_t i = 0; i < n; ++i) s += bf16_to_f32(a[i]) * x[i];
+        break;
+      }
+      case DType::q8_0: {
+        const auto* b = reinterpret_cast<const BlockQ8_0*>(row);
+        s = vnni ? dot_q8_vnni(b, xq->q.data(), xq->d.data(), n / 32)
+            : avx2 ? dot_q8_avx2(b, xq->q.data(), xq->d.data(), n / 32)
+                   : dot_q8_scalar(b, xq->q.data(), xq->d.data(), n / 32);
+        break;
+      }
+      case DType::q4_0: {
+        const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
+        s = vnni ? dot_q4_vnni(b, xq->q.data(), xq->d.data(), n / 32)
+            : avx2 ? dot_q4_avx2(b, xq->q.data(), xq->d.data(), n / 32)
+                   : dot_q4_scalar(b, xq->q.data(), xq->d.data(), n / 32);
+        break;
+      }
+      default:
+        s = 0;  // other dtypes are refused when the model is loaded
+    }
+    out[r - lo] = s;
+  }
+}
+
+void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  const auto scale = static_cast<float>(1.0 / std::sqrt(ss / n + static_cast<double>(eps)));
+  for (int i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+}
+
+void softmax(float* x, int n) {
+  float m = x[0];
+  for (int i = 1; i < n; ++i) m = std::max(m, x[i]);
+  float z = 0;
+  for (int i = 0; i < n; ++i) z += (x[i] = std::exp(x[i] - m));
+  const float inv = 1.0f / z;
+  for (int i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void rope(float* v, int n_head, int head_dim, int pos, float theta, RopeLayout layout) {
+  const int half = head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const double freq = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+    const double a = pos * freq;
+    const auto c = static_cast<float>(std::cos(a)), s = static_cast<float>(std::sin(a));
+    for (int h = 0; h < n_head; ++h) {
+      float* p = v + static_cast<std::ptrdiff_t>(h) * head_dim;
+      float& x0 = layout == RopeLayout::adjacent ? p[2 * i] : p[i];
+      float& x1 = layout == RopeLayout::adjacent ? p[2 * i + 1] : p[i + half];
+      const float a0 = x0, a1 = x1;
+      x0 = a0 * c - a1 * s;
+      x1 = a0 * s + a1 * c;
+    }
+  }
+}
+
+}  // namespace lmp::model

@@ -1,0 +1,255 @@
+#include "lmpipe/model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace lmp::model {
+
+using tensor_io::MetaValue;
+using tensor_io::TensorFile;
+using tensor_io::TensorInfo;
+
+namespace {
+
+std::optional<std::int64_t> meta_int(const TensorFile& f, const std::string& key) {
+  const MetaValue* v = f.meta(key);
+  return v ? v->as_int() : std::nullopt;
+}
+std::optional<double> meta_num(const TensorFile& f, const std::string& key) {
+  const MetaValue* v = f.meta(key);
+  return v ? v->as_double() : std::nullopt;
+}
+
+Result<Weight> weight(const TensorFile& f, const std::string& name, std::int64_t rows, std::int64_t cols) {
+  const TensorInfo* t = f.find(name);
+  if (!t) return make_error(Errc::parse, "{}: tensor '{}' is missing", f.name(), name);
+  if (t->shape != std::vector<std::int64_t>{rows, cols})
+    return make_error(Errc::parse, "{}: tensor '{}' has shape [{}], expected [{}, {}]", f.name(), name,
+                      fmt::join(t->shape, ", "), rows, cols);
+  switch (t->dtype) {
+    case DType::f32: case DType::f16: case DType::bf16: case DType::q8_0: case DType::q4_0: break;
+    default:
+      return make_error(Errc::unsupported, "{}: tensor '{}' is {}; weights must be f32, f16, bf16, q8_0 or q4_0",
+                        f.name(), name, dtype_name(t->dtype));
+  }
+  Weight w;
+  w.dtype = t->dtype;
+  w.data = f.data(*t);
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = dtype_bytes(t->dtype, static_cast<std::size_t>(cols));
+  return w;
+}
+
+// A vector (norm weights, biases) as f32, converted from the file's dtype.
+Result<std::vector<float>> vec(const TensorFile& f, const std::string& name, std::int64_t n, bool optional = false) {
+  const TensorInfo* t = f.find(name);
+  if (!t) {
+    if (optional) return std::vector<float>{};
+    return make_error(Errc::parse, "{}: tensor '{}' is missing", f.name(), name);
+  }
+  if (t->shape != std::vector<std::int64_t>{n} || !dtype_info(t->dtype).is_float || dtype_info(t->dtype).block != 1)
+    return make_error(Errc::parse, "{}: tensor '{}' must be a float vector of {} elements", f.name(), name, n);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  to_f32(t->dtype, f.data(*t), v.data(), v.size());
+  return v;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Transformer>> Transformer::load(const TensorFile& f) {
+  std::unique_ptr<Transformer> m(new Transformer());
+  Config& c = m->cfg_;
+  const MetaValue* arch = f.meta("general.architecture");
+  if (!arch || arch->type != tensor_io::MetaType::string)
+    return make_error(Errc::parse, "{}: no general.architecture: not a model file", f.name());
+  c.arch = arch->s;
+  if (c.arch != "llama" && c.arch != "qwen2")
+    return make_error(Errc::unsupported, "{}: architecture '{}' is not supported (llama, qwen2 are)", f.name(), c.arch);
+  auto need = [&](const std::string& key) -> Result<int> {
+    auto v = meta_int(f, c.arch + "." + key);
+    if (!v || *v <= 0 || *v > (1 << 30)) return make_error(Errc::parse, "{}: {}.{} is missing or invalid", f.name(), c.arch, key);
+    return static_cast<int>(*v);
+  };
+  LMP_ASSIGN(c.n_embd, need("embedding_length"));
+  LMP_ASSIGN(c.n_layer, need("block_count"));
+  LMP_ASSIGN(c.n_head, need("attention.head_count"));
+  LMP_ASSIGN(c.n_ff, need("feed_forward_length"));
+  c.n_kv_head = static_cast<int>(meta_int(f, c.arch + ".attention.head_count_kv").value_or(c.n_head));
+  c.n_ctx_train = static_cast<int>(meta_int(f, c.arch + ".context_length").value_or(2048));
+  c.rope_theta = static_cast<float>(meta_num(f, c.arch + ".rope.freq_base").value_or(10000.0));
+  c.rms_eps = static_cast<float>(meta_num(f, c.arch + ".attention.layer_norm_rms_epsilon").value_or(1e-5));
+  c.rope = c.arch == "qwen2" ? RopeLayout::halves : RopeLayout::adjacent;
+  if (c.n_embd % c.n_head || c.n_kv_head <= 0 || c.n_head % c.n_kv_head || c.head_dim() % 2)
+    return make_error(Errc::parse, "{}: {} heads ({} kv) do not divide n_embd {} into even head sizes", f.name(), c.n_head,
+                      c.n_kv_head, c.n_embd);
+  if (auto rd = meta_int(f, c.arch + ".rope.dimension_count"); rd && *rd != c.head_dim())
+    return make_error(Errc::unsupported, "{}: partial rotary embedding ({} of {} dimensions) is not supported", f.name(),
+                      *rd, c.head_dim());
+  const TensorInfo* emb = f.find("token_embd.weight");
+  if (!emb || emb->shape.size() != 2 || emb->shape[1] != c.n_embd)
+    return make_error(Errc::parse, "{}: token_embd.weight must be [n_vocab, {}]", f.name(), c.n_embd);
+  c.n_vocab = static_cast<int>(emb->shape[0]);
+  LMP_ASSIGN(m->embedding_, embed::Embedding::view(emb->dtype, f.data(*emb), c.n_vocab, c.n_embd));
+  if (f.find("output.weight")) {
+    LMP_ASSIGN(m->output_, weight(f, "output.weight", c.n_vocab, c.n_embd));
+  } else {  // tied: the embedding matrix is the output projection
+    c.tied = true;
+    LMP_ASSIGN(m->output_, weight(f, "token_embd.weight", c.n_vocab, c.n_embd));
+  }
+  LMP_ASSIGN(m->output_norm_, vec(f, "output_norm.weight", c.n_embd));
+  const int kv = c.kv_dim();
+  for (int l = 0; l < c.n_layer; ++l) {
+    LayerWeights w;
+    auto n = [&](const char* s) { return fmt::format("blk.{}.{}", l, s); };
+    LMP_ASSIGN(w.attn_norm, vec(f, n("attn_norm.weight"), c.n_embd));
+    LMP_ASSIGN(w.ffn_norm, vec(f, n("ffn_norm.weight"), c.n_embd));
+    LMP_ASSIGN(w.wq, weight(f, n("attn_q.weight"), c.n_embd, c.n_embd));
+    LMP_ASSIGN(w.wk, weight(f, n("attn_k.weight"), kv, c.n_embd));
+    LMP_ASSIGN(w.wv, weight(f, n("attn_v.weight"), kv, c.n_embd));
+    LMP_ASSIGN(w.wo, weight(f, n("attn_output.weight"), c.n_embd, c.n_embd));
+    LMP_ASSIGN(w.w_gate, weight(f, n("ffn_gate.weight"), c.n_ff, c.n_embd));
+    LMP_ASSIGN(w.w_up, weight(f, n("ffn_up.weight"), c.n_ff, c.n_embd));
+    LMP_ASSIGN(w.w_down, weight(f, n("ffn_down.weight"), c.n_embd, c.n_ff));
+    LMP_ASSIGN(w.bq, vec(f, n("attn_q.bias"), c.n_embd, true));
+    LMP_ASSIGN(w.bk, vec(f, n("attn_k.bias"), kv, true));
+    LMP_ASSIGN(w.bv, vec(f, n("attn_v.bias"), kv, true));
+    for (const Weight* x : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
+      m->quantized_ |= x->dtype == DType::q8_0 || x->dtype == DType::q4_0;
+    m->layers_.push_back(std::move(w));
+  }
+  m->quantized_ |= m->output_.dtype == DType::q8_0 || m->output_.dtype == DType::q4_0;
+  const auto E = static_cast<std::size_t>(c.n_embd), F = static_cast<std::size_t>(c.n_ff);
+  m->x_.resize(E);
+  m->xb_.resize(E);
+  m->xb2_.resize(E);
+  m->q_.resize(E);
+  m->k_.resize(static_cast<std::size_t>(kv));
+  m->v_.resize(static_cast<std::size_t>(kv));
+  m->hb_.resize(F);
+  m->hb2_.resize(F);
+  return m;
+}
+
+std::uint64_t Transformer::weight_bytes_per_token() const {
+  std::uint64_t b = output_.bytes();
+  for (const auto& l : layers_)
+    b += l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes() + l.w_gate.bytes() + l.w_up.bytes() + l.w_down.bytes();
+  return b;
+}
+
+std::string Transformer::describe() const {
+  const Config& c = cfg_;
+  return fmt::format("{}: {} layers, n_embd {}, {} heads ({} kv, head_dim {}), n_ff {}, vocab {}, {} output, {} weights",
+                     c.arch, c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim(), c.n_ff, c.n_vocab,
+                     c.tied ? "tied" : "own", dtype_name(layers_.empty() ? output_.dtype : layers_[0].wq.dtype));
+}
+
+// Several matrix-vector products of the same input, spread over the pool by row ranges.
+void Transformer::matvecs(std::span<const std::pair<const Weight*, float*>> jobs, const float* x, ThreadPool& pool) {
+  std::int64_t total = 0;
+  for (const auto& [w, out] : jobs) total += w->rows;
+  bool quant = false;
+  for (const auto& [w, out] : jobs) quant |= w->dtype == DType::q8_0 || w->dtype == DType::q4_0;
+  if (quant) quantize_activation(xq_, x, static_cast<std::size_t>(jobs[0].first->cols));
+  // Chunks of about 64 KB of weights each, at least one per thread.
+  std::uint64_t bytes = 0;
+  for (const auto& [w, out] : jobs) bytes += w->bytes();
+  std::size_t chunks = pool.size() == 1 ? 1 : std::clamp<std::size_t>(bytes >> 16, static_cast<std::size_t>(pool.size()), 1024);
+  if (bytes < (1u << 16)) chunks = 1;  // too small to share
+  pool.run(chunks, [&](std::size_t i) {
+    std::int64_t lo = total * static_cast<std::int64_t>(i) / static_cast<std::int64_t>(chunks);
+    std::int64_t hi = total * static_cast<std::int64_t>(i + 1) / static_cast<std::int64_t>(chunks);
+    std::int64_t base = 0;
+    for (const auto& [w, out] : jobs) {
+      std::int64_t a = std::max(lo, base), b = std::min(hi, base + w->rows);
+      if (a < b) matvec(out + (a - base), *w, x, quant ? &xq_ : nullptr, a - base, b - base);
+      base += w->rows;
+    }
+  });
+}
+
+void Transformer::attention(int layer, int pos, const kv::KvCache& cache, ThreadPool& pool) {
+  const Config& c = cfg_;
+  const int hd = c.head_dim(), group = c.n_head / c.n_kv_head, kvd = c.kv_dim();
+  const int n = pos + 1;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  cache.blocks(layer, 0, blocks_);
+  att_.resize(static_cast<std::size_t>(c.n_head) * static_cast<std::size_t>(n));
+  auto head = [&](std::size_t h) {
+    const float* q = q_.data() + h * static_cast<std::size_t>(hd);
+    const std::size_t kvh = h / static_cast<std::size_t>(group);
+    float* att = att_.data() + h * static_cast<std::size_t>(n);
+    int t = 0;
+    for (const auto& b : blocks_) {
+      const auto* K = static_cast<const float*>(b.k);
+      for (int j = 0; j < b.n_tokens && t < n; ++j, ++t) {
+        const float* k = K + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kvh * static_cast<std::size_t>(hd);
+        float s = 0;
+        for (int i = 0; i < hd; ++i) s += q[i] * k[i];
+        att[t] = s * scale;
+      }
+    }
+    softmax(att, n);
+    float* out = xb_.data() + h * static_cast<std::size_t>(hd);
+    std::fill(out, out + hd, 0.0f);
+    t = 0;
+    for (const auto& b : blocks_) {
+      const auto* V = static_cast<const float*>(b.v);
+      for (int j = 0; j < b.n_tokens && t < n; ++j, ++t) {
+        const float* v = V + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kvh * static_cast<std::size_t>(hd);
+        const float a = att[t];
+        for (int i = 0; i < hd; ++i) out[i] += a * v[i];
+      }
+    }
+  };
+  if (static_cast<std::int64_t>(n) * c.n_embd < (1 << 15)) {
+    for (std::size_t h = 0; h < static_cast<std::size_t>(c.n_head); ++h) head(h);
+  } else {
+    pool.run(static_cast<std::size_t>(c.n_head), head);
+  }
+}
+
+Status Transformer::forward(TokenId token, int pos, kv::KvCache& cache, float* logits, ThreadPool& pool) {
+  const Config& c = cfg_;
+  if (token < 0 || token >= c.n_vocab)
+    return make_error(Errc::out_of_range, "token id {} is outside the model's vocabulary (0..{})", token, c.n_vocab - 1);
+  embedding_.row(token, x_.data());
+  const auto E = static_cast<std::size_t>(c.n_embd);
+  for (int l = 0; l < c.n_layer; ++l) {
+    LayerWeights& w = layers_[static_cast<std::size_t>(l)];
+    rmsnorm(xb_.data(), x_.data(), w.attn_norm.data(), c.n_embd, c.rms_eps);
+    const std::pair<const Weight*, float*> qkv[] = {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}};
+    matvecs(qkv, xb_.data(), pool);
+    if (!w.bq.empty())
+      for (std::size_t i = 0; i < E; ++i) q_[i] += w.bq[i];
+    if (!w.bk.empty())
+      for (std::size_t i = 0; i < k_.size(); ++i) k_[i] += w.bk[i];
+    if (!w.bv.empty())
+      for (std::size_t i = 0; i < v_.size(); ++i) v_[i] += w.bv[i];
+    rope(q_.data(), c.n_head, c.head_dim(), pos, c.rope_theta, c.rope);
+    rope(k_.data(), c.n_kv_head, c.head_dim(), pos, c.rope_theta, c.rope);
+    LMP_TRY(cache.append(l, 0, k_, v_));
+    attention(l, pos, cache, pool);  // → xb_ (n_head × head_dim)
+    const std::pair<const Weight*, float*> o[] = {{&w.wo, xb2_.data()}};
+    matvecs(o, xb_.data(), pool);
+    for (std::size_t i = 0; i < E; ++i) x_[i] += xb2_[i];
+    rmsnorm(xb_.data(), x_.data(), w.ffn_norm.data(), c.n_embd, c.rms_eps);
+    const std::pair<const Weight*, float*> gu[] = {{&w.w_gate, hb_.data()}, {&w.w_up, hb2_.data()}};
+    matvecs(gu, xb_.data(), pool);
+    for (std::size_t i = 0; i < hb_.size(); ++i) {
+      const float g = hb_[i];
+      hb_[i] = g / (1.0f + std::exp(-g)) * hb2_[i];  // SwiGLU: silu(gate) · up
+    }
+    const std::pair<const Weight*, float*> d[] = {{&w.w_down, xb2_.data()}};
+    matvecs(d, hb_.data(), pool);
+    for (std::size_t i = 0; i < E; ++i) x_[i] += xb2_[i];
+  }
+  rmsnorm(xb_.data(), x_.data(), output_norm_.data(), c.n_embd, c.rms_eps);
+  const std::pair<const Weight*, float*> out[] = {{&output_, logits}};
+  matvecs(out, xb_.data(), pool);
+  return {};
+}
+
+}  // namespace lmp::model
