@@ -9,6 +9,7 @@
 #include "lmpipe/core/json.h"
 #include "lmpipe/core/npy.h"
 #include "lmpipe/core/thread_pool.h"
+#include "lmpipe/model/synth.h"
 #include "lmpipe/model/transformer.h"
 #include "lmpipe/sample/sampler.h"
 #include "lmpipe/tok/ids.h"
@@ -179,7 +180,7 @@ const char* kExamples =
 int main(int argc, char** argv) {
   Options o;
   CLI::App app;
-  app.add_option("-m,--model", o.model, "GGUF (llama, qwen2) or llama2.c checkpoint (required)")->required();
+  app.add_option("-m,--model", o.model, "GGUF (llama, qwen2) or llama2.c checkpoint (required)");
   app.add_option("-t,--tokenizer", o.tokenizer, "tokenizer for -p and for text output (tokenizer.json, .model, ...)");
   app.add_option("-p,--prompt", o.prompt, "prompt text (needs -t)");
   app.add_option("--ids", o.ids, "prompt token ids (text or .npy; '-' for standard input), taken as given");
@@ -203,8 +204,37 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", o.output, "write here instead of standard output");
   app.add_flag("--force", o.force, "write logits to a terminal");
 
+  // generate synth: a random LLaMA-shaped GGUF; generate convert: a model in another dtype.
+  std::string synth_preset, synth_out, synth_dtype = "f32", conv_out, conv_dtype;
+  model::Config shape;
+  shape.arch = "llama";
+  std::uint64_t synth_seed = 1;
+  CLI::App* synth = app.add_subcommand("synth", "write a LLaMA-shaped GGUF with random weights (for tests and benchmarks)");
+  synth->add_option("--preset", synth_preset, "stories15M, stories110M or tinyllama-1.1b")
+      ->check(CLI::IsMember(model::preset_names()));
+  synth->add_option("--n-embd", shape.n_embd, "model width");
+  synth->add_option("--n-layer", shape.n_layer, "layers");
+  synth->add_option("--n-head", shape.n_head, "attention heads");
+  synth->add_option("--n-kv-head", shape.n_kv_head, "key/value heads (default: n-head)");
+  synth->add_option("--n-ff", shape.n_ff, "feed-forward width");
+  synth->add_option("--n-vocab", shape.n_vocab, "vocabulary size");
+  synth->add_option("--n-ctx", shape.n_ctx_train, "context length");
+  bool untied = false;
+  synth->add_flag("--untied", untied, "an output matrix of its own (default: tied, except tinyllama-1.1b)");
+  synth->add_option("--dtype", synth_dtype, "f32 (default), f16, bf16, q8_0, q4_0")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  synth->add_option("--seed", synth_seed, "random seed (default 1)");
+  synth->add_option("-o,--output", synth_out, "GGUF to write (required)")->required();
+  CLI::App* conv = app.add_subcommand("convert", "write a model (GGUF or llama2.c) as GGUF in another dtype");
+  conv->add_option("-m,--model", o.model, "model file")->required();
+  conv->add_option("--dtype", conv_dtype, "f32, f16, bf16, q8_0, q4_0")->required()
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  conv->add_option("-o,--output", conv_out, "GGUF to write (required)")->required();
+
   cli::ToolSpec spec{
-      "generate", "-m MODEL (-p TEXT -t TOKENIZER | --ids FILE) [OPTION]...",
+      "generate", "-m MODEL (-p TEXT -t TOKENIZER | --ids FILE) [OPTION]...\n"
+      "       generate synth (--preset NAME | --n-embd ... ) [--dtype T] -o OUT.gguf\n"
+      "       generate convert -m MODEL --dtype T -o OUT.gguf",
       "Generate tokens with a LLaMA-family model (GGUF or llama2.c) and a KV cache, streamed as they are made.",
       "Prompt ids from --ids are taken as given (no BOS added); -p TEXT is encoded with -t. Output:\n"
       "--emit text (needs -t), ids (one line), or logits (the f32 row each token was drawn from, one\n"
@@ -213,6 +243,37 @@ int main(int argc, char** argv) {
       kExamples};
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
+    if (synth->parsed()) {
+      model::Config c = shape;
+      if (!synth_preset.empty()) {
+        c = *model::preset(synth_preset);
+        auto over = [&](const char* opt, int& field, int value) {
+          if (synth->count(opt)) field = value;
+        };
+        over("--n-embd", c.n_embd, shape.n_embd);
+        over("--n-layer", c.n_layer, shape.n_layer);
+        over("--n-head", c.n_head, shape.n_head);
+        over("--n-kv-head", c.n_kv_head, shape.n_kv_head);
+        over("--n-ff", c.n_ff, shape.n_ff);
+        over("--n-vocab", c.n_vocab, shape.n_vocab);
+        over("--n-ctx", c.n_ctx_train, shape.n_ctx_train);
+      } else {
+        if (!c.n_embd || !c.n_layer || !c.n_head || !c.n_ff || !c.n_vocab)
+          throw cli::UsageError("synth needs --preset, or --n-embd, --n-layer, --n-head, --n-ff and --n-vocab");
+        if (!c.n_kv_head) c.n_kv_head = c.n_head;
+        if (!c.n_ctx_train) c.n_ctx_train = 2048;
+        c.tied = true;
+      }
+      if (untied) c.tied = false;
+      cli::note(fmt::format("writing {}: {} layers, n_embd {}, {} heads ({} kv), n_ff {}, vocab {}, {}, {}", synth_out, c.n_layer,
+                            c.n_embd, c.n_head, c.n_kv_head, c.n_ff, c.n_vocab, c.tied ? "tied" : "untied", synth_dtype));
+      return model::write_random_gguf(synth_out, c, *parse_dtype(synth_dtype), synth_seed);
+    }
+    if (conv->parsed()) {
+      LMP_ASSIGN(auto f, tensor_io::TensorFile::open(o.model));
+      return model::convert_gguf(conv_out, *f, *parse_dtype(conv_dtype));
+    }
+    if (o.model.empty()) throw cli::UsageError("--model is required");
     if (o.ids.empty() == o.prompt.empty()) throw cli::UsageError("give the prompt as -p TEXT or --ids FILE");
     if (!o.prompt.empty() && o.tokenizer.empty()) throw cli::UsageError("-p TEXT needs a tokenizer (-t)");
     if (o.emit == "text" && o.tokenizer.empty()) {

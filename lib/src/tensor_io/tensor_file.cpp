@@ -726,24 +726,25 @@ Status write_gguf(const std::string& path, const std::vector<std::pair<std::stri
     sizes.push_back(n);
     off += (n + align - 1) / align * align;
   }
-  static const std::string zeros(4096, '\0');
-  std::vector<std::string_view> parts;
-  std::string pad_h((align - h.size() % align) % align, '\0');
-  parts.push_back(h);
-  parts.push_back(pad_h);
-  std::vector<std::string> pads;
-  pads.reserve(tensors.size());
+  LMP_ASSIGN(auto out, io::AtomicFile::create(path));
+  LMP_TRY(out->write(h));
+  LMP_TRY(out->write(std::string((align - h.size() % align) % align, '\0')));
+  std::vector<std::byte> buf;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    parts.push_back(bytes_of(tensors[i], sizes[i]));
-    pads.emplace_back((align - sizes[i] % align) % align, '\0');
+    const TensorOut& t = tensors[i];
+    if (t.data) {
+      LMP_TRY(out->write(bytes_of(t, sizes[i])));
+    } else if (t.fill) {
+      buf.assign(sizes[i], std::byte{0});
+      t.fill(buf.data());
+      LMP_TRY(out->write(std::string_view(reinterpret_cast<const char*>(buf.data()), buf.size())));
+    } else {
+      return make_error(Errc::invalid_argument, "tensor '{}' has neither data nor a fill function", t.name);
+    }
+    // Each tensor's data is padded to the alignment, the last one too (ggml pads the data size).
+    LMP_TRY(out->write(std::string((align - sizes[i] % align) % align, '\0')));
   }
-  // Interleave data and padding (the last tensor is padded too, as ggml pads the data size).
-  std::vector<std::string_view> ordered{parts[0], parts[1]};
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    ordered.push_back(parts[2 + i]);
-    ordered.push_back(pads[i]);
-  }
-  return write_all(path, ordered);
+  return out->commit();
 }
 
 Status write_llama2c(const std::string& path, const TensorFile& f) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -103,10 +104,16 @@ inline Result<std::unique_ptr<TensorFile>> open_tensor_file(const std::string& p
 
 // A tensor to write: row-major shape, `data` holds its bytes in `dtype`.
 struct TensorOut {
+  TensorOut() = default;
+  TensorOut(std::string n, DType t, std::vector<std::int64_t> s, const void* d)
+      : name(std::move(n)), dtype(t), shape(std::move(s)), data(d) {}
   std::string name;
   DType dtype = DType::f32;
   std::vector<std::int64_t> shape;
   const void* data = nullptr;
+  // GGUF only: with data null, the writer asks for the bytes when it reaches the tensor
+  // (fill(dst) writes them), so a multi-GB file is written with one tensor in memory.
+  std::function<void(std::byte* dst)> fill;
 };
 
 // .npy: f32, f16, f64, i8, u8, i16, i32, i64 (NumPy has no bf16 or block types).
