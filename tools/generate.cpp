@@ -151,10 +151,12 @@ Status run(const Options& o, cli::Output& out) {
     cli::note(fmt::format(
         "{{\"model\":{},\"load_s\":{:.4f},\"prompt_tokens\":{},\"prompt_s\":{:.4f},\"prompt_tok_s\":{:.2f},"
         "\"generated_tokens\":{},\"generate_s\":{:.4f},\"generate_tok_s\":{:.2f},\"time_to_first_token_s\":{:.4f},"
-        "\"kv_cache_bytes\":{},\"kv_cache_reserved_bytes\":{},\"peak_rss_bytes\":{},\"threads\":{},\"cache\":{}}}",
+        "\"kv_cache_bytes\":{},\"kv_cache_reserved_bytes\":{},\"peak_rss_bytes\":{},\"threads\":{},\"cache\":{},"
+        "\"weight_bytes_per_token\":{},\"kernels\":\"{}\"}}",
         [&] { std::string s; json::append_string(s, model->describe()); return s; }(), load_s, prompt.size(), pp,
         static_cast<double>(prompt.size()) / pp, generated, gen, gen > 0 ? static_cast<double>(generated) / gen : 0.0,
-        secs(t1, t_first), kv_bytes, cache->bytes_reserved(), cli::peak_rss_bytes(), o.threads, !o.no_cache));
+        secs(t1, t_first), kv_bytes, cache->bytes_reserved(), cli::peak_rss_bytes(), o.threads, !o.no_cache,
+        model->weight_bytes_per_token(), model::kernel_name()));
   } else {
     cli::note(fmt::format("{}", model->describe()));
     cli::note(fmt::format("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s); "

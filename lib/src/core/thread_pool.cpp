@@ -28,7 +28,7 @@ void ThreadPool::drain(Job& j) {
 void ThreadPool::work() {
   std::uint64_t seen = 0;
   for (;;) {
-    for (int spin = 0; spin < 20000 && generation_.load() == seen; ++spin) _mm_pause();
+    for (int spin = 0; spin < 400000 && generation_.load() == seen; ++spin) _mm_pause();
     if (generation_.load() == seen) {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return generation_.load() != seen; });

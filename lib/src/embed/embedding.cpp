@@ -1,6 +1,5 @@
 #include "lmpipe/embed/embedding.h"
 
-#include <cblas.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -8,7 +7,6 @@
 
 #include "lmpipe/core/parallel.h"
 
-extern "C" void openblas_set_num_threads(int);  // OpenBLAS: threads of the next calls
 
 namespace lmp::embed {
 
@@ -136,24 +134,6 @@ Status Embedding::lookup(std::span<const TokenId> ids, float* out) const {
     row(ids[k], out + k * static_cast<std::size_t>(n_embd_));
   }
   return {};
-}
-
-void Embedding::project(const float* hidden, float* logits, int threads) const {
-  const auto n = static_cast<std::size_t>(n_embd_);
-  if (dtype_ == DType::f32) {  // OpenBLAS threads the rows itself
-    openblas_set_num_threads(std::max(threads, 1));
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(n_vocab_), static_cast<blasint>(n), 1.0f,
-                reinterpret_cast<const float*>(data_), static_cast<blasint>(n), hidden, 1, 0.0f, logits, 1);
-    return;
-  }
-  openblas_set_num_threads(1);  // our threads split the rows; each converts one row at a time
-  over_rows(static_cast<std::size_t>(n_vocab_), threads, [&](std::size_t lo, std::size_t hi) {
-    std::vector<float> buf(n);
-    for (std::size_t r = lo; r < hi; ++r) {
-      row(static_cast<TokenId>(r), buf.data());
-      logits[r] = cblas_sdot(static_cast<blasint>(n), buf.data(), 1, hidden, 1);
-    }
-  });
 }
 
 void Embedding::dots_and_norms(const float* q, float* dots, float* norms2, int threads) const {

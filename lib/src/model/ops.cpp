@@ -117,14 +117,23 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
 
 // The q8_0 and q4_0 loops, expanded twice: with AVX2's multiply-adds and with VNNI's.
 #define LMP_DOT_Q8(DOT32)                                                                   \
-  __m256 acc = _mm256_setzero_ps();                                                         \
-  for (std::int64_t b = 0; b < nb; ++b) {                                                   \
+  /* two blocks per step into two accumulators: the chain of multiply-adds is not the limit */ \
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                            \
+  std::int64_t b = 0;                                                                       \
+  for (; b + 2 <= nb; b += 2) {                                                             \
+    __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));            \
+    __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].qs));        \
+    __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));        \
+    __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32 + 32));   \
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT32(w0, x0)), _mm256_set1_ps(_cvtsh_ss(w[b].d) * xd[b]), acc0); \
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT32(w1, x1)), _mm256_set1_ps(_cvtsh_ss(w[b + 1].d) * xd[b + 1]), acc1); \
+  }                                                                                         \
+  for (; b < nb; ++b) {                                                                     \
     __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));            \
     __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));        \
-    __m256 scale = _mm256_set1_ps(_cvtsh_ss(w[b].d) * xd[b]);                               \
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT32(wv, xv)), scale, acc);                   \
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT32(wv, xv)), _mm256_set1_ps(_cvtsh_ss(w[b].d) * xd[b]), acc0); \
   }                                                                                         \
-  return hsum(acc);
+  return hsum(_mm256_add_ps(acc0, acc1));
 
 #define LMP_DOT_Q4(DOT32)                                                                   \
   __m256 acc = _mm256_setzero_ps();                                                         \
@@ -184,8 +193,13 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
 void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi) {
   const std::int64_t n = w.cols;
   const bool avx2 = cpu_avx2(), vnni = cpu_vnni();
+  const std::size_t ahead = std::max<std::size_t>(2048, w.row_bytes);  // prefetch distance
   for (std::int64_t r = lo; r < hi; ++r) {
     const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes;
+    // The next row, a row ahead: the hardware's stream prefetcher restarts with every
+    // short range of rows a thread takes.
+    if (r + 1 < hi)
+      for (std::size_t b = 0; b < w.row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + ahead + b), _MM_HINT_T0);
     float s = 0;
     switch (w.dtype) {
       case DType::f32: {
@@ -226,6 +240,22 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
     }
     out[r - lo] = s;
   }
+}
+
+namespace {
+__attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float alpha, const float* x, int n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+}  // namespace
+
+float dot(const float* a, const float* b, int n) { return cpu_avx2() ? dot_f32_avx2(a, b, n) : dot_f32_scalar(a, b, n); }
+
+void axpy(float* y, float alpha, const float* x, int n) {
+  if (cpu_avx2()) return axpy_avx2(y, alpha, x, n);
+  for (int i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {

@@ -156,7 +156,7 @@ void Transformer::matvecs(std::span<const std::pair<const Weight*, float*>> jobs
   // Chunks of about 64 KB of weights each, at least one per thread.
   std::uint64_t bytes = 0;
   for (const auto& [w, out] : jobs) bytes += w->bytes();
-  std::size_t chunks = pool.size() == 1 ? 1 : std::clamp<std::size_t>(bytes >> 16, static_cast<std::size_t>(pool.size()), 1024);
+  std::size_t chunks = static_cast<std::size_t>(pool.size());
   if (bytes < (1u << 16)) chunks = 1;  // too small to share
   pool.run(chunks, [&](std::size_t i) {
     std::int64_t lo = total * static_cast<std::int64_t>(i) / static_cast<std::int64_t>(chunks);
@@ -186,9 +186,7 @@ void Transformer::attention(int layer, int pos, const kv::KvCache& cache, Thread
       const auto* K = static_cast<const float*>(b.k);
       for (int j = 0; j < b.n_tokens && t < n; ++j, ++t) {
         const float* k = K + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kvh * static_cast<std::size_t>(hd);
-        float s = 0;
-        for (int i = 0; i < hd; ++i) s += q[i] * k[i];
-        att[t] = s * scale;
+        att[t] = dot(q, k, hd) * scale;
       }
     }
     softmax(att, n);
@@ -199,8 +197,7 @@ void Transformer::attention(int layer, int pos, const kv::KvCache& cache, Thread
       const auto* V = static_cast<const float*>(b.v);
       for (int j = 0; j < b.n_tokens && t < n; ++j, ++t) {
         const float* v = V + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kvh * static_cast<std::size_t>(hd);
-        const float a = att[t];
-        for (int i = 0; i < hd; ++i) out[i] += a * v[i];
+        axpy(out, att[t], v, hd);
       }
     }
   };

@@ -31,6 +31,10 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n);
 // out (hi - lo) = W[lo:hi] · x, x (cols); `xq` is x quantized (needed for q8_0, q4_0).
 void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi);
 
+// a · b (n floats), and y += alpha · x (n floats): attention's inner loops.
+float dot(const float* a, const float* b, int n);
+void axpy(float* y, float alpha, const float* x, int n);
+
 // out (n) = x / rms(x) * w
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 // x (n) = softmax(x), the maximum subtracted
