@@ -101,7 +101,7 @@ Status run(const Options& o, cli::Output& out) {
 
   // Prompt: every token through the model; the logits of the last one start generation.
   auto t0 = Clock::now();
-  for (std::size_t i = 0; i < prompt.size(); ++i) LMP_TRY(model->forward(prompt[i], static_cast<int>(i), *cache, logits.data(), pool));
+  LMP_TRY(model->forward_batch(prompt, 0, *cache, logits.data(), pool));
   auto t1 = Clock::now();
   std::optional<TextStream> ts;
   if (o.emit == "text") ts.emplace(TextStream{*tok, {}, 0, {}});
@@ -138,7 +138,7 @@ Status run(const Options& o, cli::Output& out) {
     const int pos = static_cast<int>(seq.size()) - 1;
     if (o.no_cache) {
       cache = std::make_unique<kv::ContiguousKvCache>(kc);
-      for (int i = 0; i <= pos; ++i) LMP_TRY(model->forward(seq[static_cast<std::size_t>(i)], i, *cache, logits.data(), pool));
+      LMP_TRY(model->forward_batch(seq, 0, *cache, logits.data(), pool));
     } else {
       LMP_TRY(model->forward(id, pos, *cache, logits.data(), pool));
     }

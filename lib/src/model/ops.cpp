@@ -243,6 +243,41 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
 }
 
 namespace {
+
+bool cpu_avx512() {
+  static const bool v = cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  return v;
+}
+
+// out[j][i] += Σ_c w_i[c] · x_j[c] for 4 rows i and 4 tokens j (32 ymm registers).
+__attribute__((target("avx2,fma,avx512f,avx512vl"))) void block4x4(const float* w, std::size_t cols, const float* x,
+                                                                  std::size_t ldx, float* out, std::size_t ldo) {
+  __m256 acc[4][4];
+  for (auto& r : acc)
+    for (auto& a : r) a = _mm256_setzero_ps();
+  std::size_t c = 0;
+  for (; c + 8 <= cols; c += 8) {
+    __m256 w0 = _mm256_loadu_ps(w + c), w1 = _mm256_loadu_ps(w + cols + c), w2 = _mm256_loadu_ps(w + 2 * cols + c),
+           w3 = _mm256_loadu_ps(w + 3 * cols + c);
+    for (int j = 0; j < 4; ++j) {
+      __m256 xv = _mm256_loadu_ps(x + static_cast<std::size_t>(j) * ldx + c);
+      acc[0][j] = _mm256_fmadd_ps(w0, xv, acc[0][j]);
+      acc[1][j] = _mm256_fmadd_ps(w1, xv, acc[1][j]);
+      acc[2][j] = _mm256_fmadd_ps(w2, xv, acc[2][j]);
+      acc[3][j] = _mm256_fmadd_ps(w3, xv, acc[3][j]);
+    }
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) {
+      __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc[i][j]), _mm256_extractf128_ps(acc[i][j], 1));
+      s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+      s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+      float s = _mm_cvtss_f32(s4);
+      for (std::size_t k = c; k < cols; ++k) s += w[static_cast<std::size_t>(i) * cols + k] * x[static_cast<std::size_t>(j) * ldx + k];
+      out[static_cast<std::size_t>(j) * ldo + static_cast<std::size_t>(i)] = s;
+    }
+}
+
 __attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float alpha, const float* x, int n) {
   const __m256 a = _mm256_set1_ps(alpha);
   int i = 0;
@@ -250,6 +285,31 @@ __attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float alpha, const 
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 }  // namespace
+
+void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo, std::int64_t hi,
+            std::vector<float>& scratch) {
+  const auto cols = static_cast<std::size_t>(w.cols);
+  constexpr std::int64_t kTokens = 64;  // tokens per pass over the rows: their activations stay in L2
+  scratch.resize(4 * cols);
+  const bool fast = cpu_avx512();
+  for (std::int64_t t0 = 0; t0 < n; t0 += kTokens) {
+    const std::int64_t t1 = std::min(n, t0 + kTokens);
+    for (std::int64_t r = lo; r < hi; r += 4) {
+      const std::int64_t nr = std::min<std::int64_t>(4, hi - r);
+      for (std::int64_t i = 0; i < nr; ++i)  // the rows as f32
+        to_f32(w.dtype, w.data + static_cast<std::size_t>(r + i) * w.row_bytes, scratch.data() + static_cast<std::size_t>(i) * cols, cols);
+      std::int64_t t = t0;
+      if (fast && nr == 4)
+        for (; t + 4 <= t1; t += 4)
+          block4x4(scratch.data(), cols, x + static_cast<std::size_t>(t) * cols, cols,
+                   out + static_cast<std::size_t>(t) * ld + static_cast<std::size_t>(r - lo), ld);
+      for (; t < t1; ++t)
+        for (std::int64_t i = 0; i < nr; ++i)
+          out[static_cast<std::size_t>(t) * ld + static_cast<std::size_t>(r - lo + i)] =
+              dot(scratch.data() + static_cast<std::size_t>(i) * cols, x + static_cast<std::size_t>(t) * cols, static_cast<int>(cols));
+    }
+  }
+}
 
 float dot(const float* a, const float* b, int n) { return cpu_avx2() ? dot_f32_avx2(a, b, n) : dot_f32_scalar(a, b, n); }
 

@@ -249,4 +249,120 @@ Status Transformer::forward(TokenId token, int pos, kv::KvCache& cache, float* l
   return {};
 }
 
+void Transformer::matmuls(std::span<const Mm> jobs, const float* x, std::int64_t n, ThreadPool& pool) {
+  const auto T = static_cast<std::size_t>(pool.size());
+  scratch_.resize(T);
+  for (const auto& j : jobs) {
+    // Row ranges in multiples of 4 (the kernel's block), one per thread.
+    const std::int64_t rows = j.w->rows;
+    pool.run(T, [&](std::size_t i) {
+      std::int64_t lo = rows * static_cast<std::int64_t>(i) / static_cast<std::int64_t>(T) / 4 * 4;
+      std::int64_t hi = i + 1 == T ? rows : rows * static_cast<std::int64_t>(i + 1) / static_cast<std::int64_t>(T) / 4 * 4;
+      if (lo < hi) matmul(j.out + lo, j.ld, *j.w, x, n, lo, hi, scratch_[i]);
+    });
+  }
+}
+
+// Attention of one query (n_head × head_dim) at `pos` over the cached positions 0..pos.
+void Transformer::attention_one(int layer, int pos, const float* q_all, float* out_all, std::vector<float>& att,
+                                const std::vector<kv::KvBlock>& blocks) const {
+  (void)layer;
+  const Config& c = cfg_;
+  const int hd = c.head_dim(), group = c.n_head / c.n_kv_head, kvd = c.kv_dim(), n = pos + 1;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  att.resize(static_cast<std::size_t>(n));
+  for (int h = 0; h < c.n_head; ++h) {
+    const float* q = q_all + static_cast<std::size_t>(h) * static_cast<std::size_t>(hd);
+    const auto kvh = static_cast<std::size_t>(h / group);
+    int t = 0;
+    for (const auto& b : blocks) {
+      const auto* K = static_cast<const float*>(b.k);
+      for (int j = 0; j < b.n_tokens && t < n; ++j, ++t)
+        att[static_cast<std::size_t>(t)] =
+            dot(q, K + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kvh * static_cast<std::size_t>(hd), hd) * scale;
+    }
+    softmax(att.data(), n);
+    float* out = out_all + static_cast<std::size_t>(h) * static_cast<std::size_t>(hd);
+    std::fill(out, out + hd, 0.0f);
+    t = 0;
+    for (const auto& b : blocks) {
+      const auto* V = static_cast<const float*>(b.v);
+      for (int j = 0; j < b.n_tokens && t < n; ++j, ++t)
+        axpy(out, att[static_cast<std::size_t>(t)],
+             V + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kvh * static_cast<std::size_t>(hd), hd);
+    }
+  }
+}
+
+Status Transformer::forward_batch(std::span<const TokenId> tokens, int pos0, kv::KvCache& cache, float* logits,
+                                  ThreadPool& pool) {
+  const Config& c = cfg_;
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  if (n == 0) return {};
+  if (n == 1) return forward(tokens[0], pos0, cache, logits, pool);
+  const auto E = static_cast<std::size_t>(c.n_embd), F = static_cast<std::size_t>(c.n_ff),
+             KV = static_cast<std::size_t>(c.kv_dim()), N = static_cast<std::size_t>(n);
+  bx_.resize(N * E);
+  bxb_.resize(N * E);
+  bxb2_.resize(N * E);
+  bq_.resize(N * E);
+  bk_.resize(N * KV);
+  bv_.resize(N * KV);
+  bh_.resize(N * F);
+  bh2_.resize(N * F);
+  for (std::size_t t = 0; t < N; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= c.n_vocab)
+      return make_error(Errc::out_of_range, "token id {} is outside the model's vocabulary (0..{})", tokens[t], c.n_vocab - 1);
+    embedding_.row(tokens[t], bx_.data() + t * E);
+  }
+  batt_.resize(static_cast<std::size_t>(pool.size()));
+  for (int l = 0; l < c.n_layer; ++l) {
+    LayerWeights& w = layers_[static_cast<std::size_t>(l)];
+    for (std::size_t t = 0; t < N; ++t) rmsnorm(bxb_.data() + t * E, bx_.data() + t * E, w.attn_norm.data(), c.n_embd, c.rms_eps);
+    const Mm qkv[] = {{&w.wq, bq_.data(), E}, {&w.wk, bk_.data(), KV}, {&w.wv, bv_.data(), KV}};
+    matmuls(qkv, bxb_.data(), n, pool);
+    for (std::size_t t = 0; t < N; ++t) {
+      float* q = bq_.data() + t * E;
+      float* k = bk_.data() + t * KV;
+      float* v = bv_.data() + t * KV;
+      if (!w.bq.empty())
+        for (std::size_t i = 0; i < E; ++i) q[i] += w.bq[i];
+      if (!w.bk.empty())
+        for (std::size_t i = 0; i < KV; ++i) k[i] += w.bk[i];
+      if (!w.bv.empty())
+        for (std::size_t i = 0; i < KV; ++i) v[i] += w.bv[i];
+      const int pos = pos0 + static_cast<int>(t);
+      rope(q, c.n_head, c.head_dim(), pos, c.rope_theta, c.rope);
+      rope(k, c.n_kv_head, c.head_dim(), pos, c.rope_theta, c.rope);
+      LMP_TRY(cache.append(l, 0, std::span<const float>(k, KV), std::span<const float>(v, KV)));
+    }
+    cache.blocks(l, 0, blocks_);
+    // Causal attention: token t sees positions 0..pos0 + t; threads take tokens in turn.
+    const auto T = static_cast<std::size_t>(pool.size());
+    pool.run(T, [&](std::size_t i) {
+      for (std::size_t t = i; t < N; t += T)
+        attention_one(l, pos0 + static_cast<int>(t), bq_.data() + t * E, bxb_.data() + t * E, batt_[i], blocks_);
+    });
+    const Mm o[] = {{&w.wo, bxb2_.data(), E}};
+    matmuls(o, bxb_.data(), n, pool);
+    for (std::size_t i = 0; i < N * E; ++i) bx_[i] += bxb2_[i];
+    for (std::size_t t = 0; t < N; ++t) rmsnorm(bxb_.data() + t * E, bx_.data() + t * E, w.ffn_norm.data(), c.n_embd, c.rms_eps);
+    const Mm gu[] = {{&w.w_gate, bh_.data(), F}, {&w.w_up, bh2_.data(), F}};
+    matmuls(gu, bxb_.data(), n, pool);
+    for (std::size_t i = 0; i < N * F; ++i) {
+      const float g = bh_[i];
+      bh_[i] = g / (1.0f + std::exp(-g)) * bh2_[i];
+    }
+    const Mm d[] = {{&w.w_down, bxb2_.data(), E}};
+    matmuls(d, bh_.data(), n, pool);
+    for (std::size_t i = 0; i < N * E; ++i) bx_[i] += bxb2_[i];
+  }
+  // Only the last token's logits are needed.
+  std::copy(bx_.end() - static_cast<std::ptrdiff_t>(E), bx_.end(), x_.begin());
+  rmsnorm(xb_.data(), x_.data(), output_norm_.data(), c.n_embd, c.rms_eps);
+  const std::pair<const Weight*, float*> out[] = {{&output_, logits}};
+  matvecs(out, xb_.data(), pool);
+  return {};
+}
+
 }  // namespace lmp::model

@@ -31,6 +31,13 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n);
 // out (hi - lo) = W[lo:hi] · x, x (cols); `xq` is x quantized (needed for q8_0, q4_0).
 void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi);
 
+// Many tokens at once (prompt processing): out (n, hi - lo) = X (n, cols) · W[lo:hi]^T,
+// row-major, out's rows `ld` floats apart. Rows of any dtype are converted to f32 four at
+// a time into `scratch` and multiplied with the tokens four at a time in registers, so
+// each weight is read once per block of tokens, not once per token.
+void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo, std::int64_t hi,
+            std::vector<float>& scratch);
+
 // a · b (n floats), and y += alpha · x (n floats): attention's inner loops.
 float dot(const float* a, const float* b, int n);
 void axpy(float* y, float alpha, const float* x, int n);

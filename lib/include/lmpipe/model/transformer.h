@@ -56,8 +56,20 @@ class Transformer {
   // appends its keys and values and writes the logits (n_vocab). Errors: an id outside
   // the vocabulary, a full context.
   Status forward(TokenId token, int pos, kv::KvCache& cache, float* logits, ThreadPool& pool);
+  // Many tokens at positions pos0, pos0 + 1, ... (prompt processing): matrix-matrix
+  // products, so each weight is read once per block of tokens; keys and values of all go
+  // to the cache; the logits of the last token are written.
+  Status forward_batch(std::span<const TokenId> tokens, int pos0, kv::KvCache& cache, float* logits, ThreadPool& pool);
 
  private:
+  struct Mm {
+    const Weight* w;
+    float* out;       // (n, ld)
+    std::size_t ld;
+  };
+  void matmuls(std::span<const Mm> jobs, const float* x, std::int64_t n, ThreadPool& pool);
+  void attention_one(int layer, int pos, const float* q, float* out, std::vector<float>& att,
+                     const std::vector<kv::KvBlock>& blocks) const;
   Transformer() = default;
   void matvecs(std::span<const std::pair<const Weight*, float*>> jobs, const float* x, ThreadPool& pool);
   void attention(int layer, int pos, const kv::KvCache& cache, ThreadPool& pool);
@@ -72,6 +84,9 @@ class Transformer {
   std::vector<float> x_, xb_, xb2_, q_, k_, v_, att_, hb_, hb2_;  // see forward()
   QuantizedVec xq_;
   std::vector<kv::KvBlock> blocks_;
+  // Scratch of forward_batch: (n, n_embd) and (n, n_ff) activations; per-thread buffers.
+  std::vector<float> bx_, bxb_, bxb2_, bq_, bk_, bv_, bh_, bh2_;
+  std::vector<std::vector<float>> scratch_, batt_;
 };
 
 }  // namespace lmp::model
