@@ -12,6 +12,7 @@
 #include "lmpipe/model/synth.h"
 #include "lmpipe/model/transformer.h"
 #include "lmpipe/sample/sampler.h"
+#include "lmpipe/tok/gguf_tokenizer.h"
 #include "lmpipe/tok/ids.h"
 #include "lmpipe/tok/tokenizer.h"
 
@@ -26,7 +27,7 @@ struct Options {
   sample::Config sampling;
   std::optional<std::uint64_t> seed;
   int n = 128, ctx = 0, threads = 1;
-  bool no_cache = false, json = false, greedy = false, force = false, bos = false;
+  bool no_cache = false, json = false, greedy = false, force = false, bos = false, emit_given = false;
 };
 
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -67,8 +68,17 @@ Status run(const Options& o, cli::Output& out) {
   std::unique_ptr<tok::Tokenizer> tok;
   if (!o.tokenizer.empty()) {
     LMP_ASSIGN(tok, tok::load_tokenizer(o.tokenizer));
-    if (tok->vocab_size() > static_cast<std::size_t>(c.n_vocab))
-      return make_error(Errc::invalid_argument, "the tokenizer has {} tokens, the model {}", tok->vocab_size(), c.n_vocab);
+  } else if (file->meta("tokenizer.ggml.model")) {  // a GGUF carries its tokenizer
+    LMP_ASSIGN(tok, tok::load_gguf_tokenizer(*file));
+  }
+  if (tok && tok->vocab_size() > static_cast<std::size_t>(c.n_vocab))
+    return make_error(Errc::invalid_argument, "the tokenizer has {} tokens, the model {}", tok->vocab_size(), c.n_vocab);
+  if (!tok && !o.prompt.empty())
+    return make_error(Errc::invalid_argument, "-p TEXT needs a tokenizer: give -t (the model file carries none)");
+  std::string emit = o.emit;
+  if (emit == "text" && !tok) {
+    if (o.emit_given) return make_error(Errc::invalid_argument, "--emit text needs a tokenizer: give -t (the model file carries none)");
+    emit = "ids";
   }
   // The prompt: ids as given, or the text encoded (with --bos, the tokenizer's prefix).
   std::vector<TokenId> prompt;
@@ -104,13 +114,13 @@ Status run(const Options& o, cli::Output& out) {
   LMP_TRY(model->forward_batch(prompt, 0, *cache, logits.data(), pool));
   auto t1 = Clock::now();
   std::optional<TextStream> ts;
-  if (o.emit == "text") ts.emplace(TextStream{*tok, {}, 0, {}});
+  if (emit == "text") ts.emplace(TextStream{*tok, {}, 0, {}});
   sample::Candidates cand;
   std::size_t generated = 0;
   std::string all_text;
   Clock::time_point t_first{};
   for (int step = 0; step < o.n; ++step) {
-    if (o.emit == "logits") {
+    if (emit == "logits") {
       std::string a;
       npy::append_header(a, "<f4", {c.n_vocab});
       a.append(reinterpret_cast<const char*>(logits.data()), logits.size() * 4);
@@ -123,9 +133,9 @@ Status run(const Options& o, cli::Output& out) {
     seq.push_back(id);
     ++generated;
     bool stop = false;
-    if (o.emit == "ids") {
+    if (emit == "ids") {
       LMP_TRY(out.write(fmt::format("{}{}", step ? " " : "", id)));
-    } else if (o.emit == "text") {
+    } else if (emit == "text") {
       LMP_ASSIGN(std::string piece, ts->add(id, step + 1 == o.n));
       all_text += piece;
       for (const auto& s : o.stops)
@@ -143,7 +153,7 @@ Status run(const Options& o, cli::Output& out) {
       LMP_TRY(model->forward(id, pos, *cache, logits.data(), pool));
     }
   }
-  if (o.emit != "logits") LMP_TRY(out.write("\n"));
+  if (emit != "logits") LMP_TRY(out.write("\n"));
   auto t2 = Clock::now();
   const double pp = secs(t0, t1), gen = secs(t1, t2);
   const std::size_t kv_bytes = cache->bytes_used();
@@ -277,11 +287,7 @@ int main(int argc, char** argv) {
     }
     if (o.model.empty()) throw cli::UsageError("--model is required");
     if (o.ids.empty() == o.prompt.empty()) throw cli::UsageError("give the prompt as -p TEXT or --ids FILE");
-    if (!o.prompt.empty() && o.tokenizer.empty()) throw cli::UsageError("-p TEXT needs a tokenizer (-t)");
-    if (o.emit == "text" && o.tokenizer.empty()) {
-      if (app.count("--emit")) throw cli::UsageError("--emit text needs a tokenizer (-t)");
-      o.emit = "ids";
-    }
+    o.emit_given = app.count("--emit") > 0;
     if (o.greedy) o.sampling.temperature = 0.0f;
     if (!o.seed) o.seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
     LMP_ASSIGN(auto out, cli::Output::open(o.output, o.emit == "logits", o.force));

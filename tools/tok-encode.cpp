@@ -22,7 +22,8 @@ struct Options {
   std::string tokenizer, output = "-", format = "text", pre_tokenizer;
   std::vector<std::string> files, special_tokens;
   bool decode = false, pieces = false, stats = false, json = false, no_special = false, skip_special = false;
-  bool force = false, add_special = false, lowercase = false, no_lowercase = false, sample = false;
+  bool force = false, add_special = false, lowercase = false, no_lowercase = false, sample = false, zero = false;
+  char delim = '\n';  // input records end here ('\0' with -z)
   int threads = 1;
   std::size_t nbest = 0;
   double alpha = 0.1;
@@ -50,7 +51,7 @@ void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view sl
   w.session.pieces = o.stats ? &w.pieces : nullptr;
   std::size_t pos = 0;
   while (pos < slice.size()) {
-    std::size_t nl = slice.find('\n', pos);
+    std::size_t nl = slice.find(o.delim, pos);
     bool terminated = nl != std::string_view::npos;
     std::string_view line = slice.substr(pos, (terminated ? nl : slice.size()) - pos);
     pos = terminated ? nl + 1 : slice.size();
@@ -109,6 +110,7 @@ Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, t
   const std::size_t chunk_bytes = static_cast<std::size_t>(o.threads) << 22;
   for (const auto& file : o.files) {
     LMP_ASSIGN(auto reader, io::ChunkReader::open(file));
+    reader->set_delimiter(o.delim);
     cli::Progress progress("encoding " + reader->name());
     for (;;) {
       LMP_ASSIGN(bool more, reader->next(chunk, chunk_bytes));
@@ -116,7 +118,7 @@ Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, t
       // Many small slices, taken by the workers as they finish the last one (lines differ
       // in cost, so equal halves would leave one thread idle), written back in order.
       const int n_slices = o.threads == 1 ? 1 : static_cast<int>(std::max<std::size_t>(1, chunk.size() >> 17));
-      std::vector<std::string_view> slices = split_at_lines(chunk, n_slices);
+      std::vector<std::string_view> slices = split_at_lines(chunk, n_slices, o.delim);
       slice_out.resize(std::max(slice_out.size(), slices.size()));
       std::atomic<std::size_t> next{0};
       run_parallel(workers.size(), [&](std::size_t w) {
@@ -132,7 +134,7 @@ Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, t
         progress.update(static_cast<double>(reader->bytes_read()) / static_cast<double>(reader->size_hint()));
     }
     // A file that ends without a newline still ends its last sequence.
-    if (out && o.format == "text" && !chunk.empty() && chunk.back() != '\n' && &file != &o.files.back())
+    if (out && o.format == "text" && !chunk.empty() && chunk.back() != o.delim && &file != &o.files.back())
       LMP_TRY(out->write("\n"));
   }
   for (auto& w : workers) {
@@ -204,7 +206,7 @@ Status decode_all(const tok::Tokenizer& t, const Options& o, cli::Output& out) {
       first = false;
       std::size_t pos = 0;
       while (pos < chunk.size()) {
-        std::size_t nl = chunk.find('\n', pos);
+        std::size_t nl = chunk.find(o.delim, pos);
         bool terminated = nl != std::string::npos;
         std::string_view line(chunk.data() + pos, (terminated ? nl : chunk.size()) - pos);
         pos = terminated ? nl + 1 : chunk.size();
@@ -231,6 +233,8 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", o.output, "write to FILE instead of standard output (atomically)");
   app.add_flag("-d,--decode", o.decode, "read token ids (text or .npy), write the text they encode");
   app.add_flag("-p,--pieces", o.pieces, "print token strings (byte-level text, Ġ = space) instead of ids");
+  app.add_flag("-z,--zero-terminated", o.zero,
+               "input records end with NUL, not newline (texts that contain newlines); one output line each");
   app.add_flag("-s,--stats", o.stats, "print statistics (compression, fertility, most fragmented words) on stdout");
   app.add_flag("--json", o.json, "with --stats: print the statistics as JSON");
   app.add_option("-f,--format", o.format, "id output format: text (default) or npy (one int32 array per line)")
@@ -271,6 +275,10 @@ int main(int argc, char** argv) {
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
     if (o.files.empty()) o.files.push_back("-");
+    if (o.zero) {
+      if (o.decode) throw cli::UsageError("-z is for encoding (ids are one sequence per line)");
+      o.delim = '\0';
+    }
     if (o.decode && (o.pieces || o.stats || o.format == "npy"))
       throw cli::UsageError("--decode does not combine with --pieces, --stats or --format npy");
     if (o.pieces && o.format == "npy") throw cli::UsageError("--pieces writes text; it does not combine with --format npy");

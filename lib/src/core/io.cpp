@@ -100,7 +100,7 @@ Result<bool> ChunkReader::next(std::string& out, std::size_t target) {
   out.clear();
   out.swap(carry_);
   if (target == 0) target = 1;
-  std::size_t last_nl = out.rfind('\n');
+  std::size_t last_nl = out.rfind(delim_);
   for (;;) {
     if (eof_) return !out.empty();
     if (out.size() >= target && last_nl != std::string::npos) {
@@ -125,7 +125,7 @@ Result<bool> ChunkReader::next(std::string& out, std::size_t target) {
       continue;
     }
     std::string_view fresh(out.data() + old, static_cast<std::size_t>(r));
-    std::size_t nl = fresh.rfind('\n');
+    std::size_t nl = fresh.rfind(delim_);
     if (nl != std::string_view::npos) last_nl = old + nl;
     // A pipe or terminal that has no more to give right now: hand over the complete
     // lines instead of waiting for `target` bytes (a pipeline stays line by line).

@@ -1,6 +1,7 @@
 // Tokenizer files: HF tokenizer.json, GPT-2 vocab.json + merges.txt, tiktoken ranks.
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <unordered_map>
 
@@ -10,6 +11,8 @@
 #include "lmpipe/text/unicode.h"
 #include "lmpipe/tok/byte_level.h"
 #include "lmpipe/tok/tokenizer.h"
+#include "lmpipe/tensor_io/tensor_file.h"
+#include "lmpipe/tok/gguf_tokenizer.h"
 #include "lmpipe/tok/sentencepiece.h"
 #include "lmpipe/tok/wordpiece.h"
 
@@ -857,6 +860,15 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, const
   std::string base = basename_of(path);
   if (base.size() > 9 && base.substr(base.size() - 9) == ".tiktoken") return load_tiktoken(path, opts);
   if (base.size() > 6 && base.substr(base.size() - 6) == ".model") return load_sentencepiece(path);
+  if (base.size() > 4 && base.substr(base.size() - 4) == ".bin") return load_llama2c_tokenizer(path);
+  {  // A GGUF file (a model, or llama.cpp's vocabulary-only files): its tokenizer.ggml.* keys.
+    std::ifstream in(path, std::ios::binary);
+    char magic[4] = {};
+    if (in && in.read(magic, 4) && std::string_view(magic, 4) == "GGUF") {
+      LMP_ASSIGN(auto f, tensor_io::TensorFile::open(path));
+      return load_gguf_tokenizer(*f);
+    }
+  }
   LMP_ASSIGN(std::string text, io::read_file(path));
   std::size_t i = 0;
   while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) ++i;

@@ -33,6 +33,8 @@ class ChunkReader {
   // first). Returns false at end of input.
   Result<bool> next_bytes(std::string& out, std::size_t max);
   const std::string& name() const { return name_; }
+  // Records end with `d` instead of '\n' (-z: NUL, as sort -z and xargs -0 use).
+  void set_delimiter(char d) { delim_ = d; }
   std::uint64_t bytes_read() const { return bytes_read_; }
   std::uint64_t size_hint() const { return size_hint_; }  // 0 when unknown (pipe)
 
@@ -42,6 +44,7 @@ class ChunkReader {
   bool own_ = false;
   bool eof_ = false;
   bool interactive_ = false;  // a pipe or terminal, not a regular file
+  char delim_ = '\n';
   std::string name_;
   std::string carry_;  // bytes after the last newline of the previous chunk
   std::uint64_t bytes_read_ = 0;

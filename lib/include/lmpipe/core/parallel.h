@@ -10,7 +10,7 @@ namespace lmp {
 
 // Cut `text` into `parts` slices of about equal size, each ending at a line end (the
 // last one at the end of `text`). Slices may be empty; together they are all of `text`.
-inline std::vector<std::string_view> split_at_lines(std::string_view text, int parts) {
+inline std::vector<std::string_view> split_at_lines(std::string_view text, int parts, char delim = '\n') {
   std::vector<std::string_view> out;
   std::size_t start = 0;
   auto n = static_cast<std::size_t>(parts < 1 ? 1 : parts);
@@ -18,7 +18,7 @@ inline std::vector<std::string_view> split_at_lines(std::string_view text, int p
     std::size_t target = text.size() * (k + 1) / n;
     std::size_t end = text.size();
     if (target < text.size()) {
-      std::size_t nl = text.find('\n', target > start ? target : start);
+      std::size_t nl = text.find(delim, target > start ? target : start);
       if (nl != std::string_view::npos) end = nl + 1;
     }
     out.push_back(text.substr(start, end - start));

@@ -1,0 +1,207 @@
+#include "lmpipe/tok/gguf_tokenizer.h"
+
+#include <cstring>
+
+#include "lmpipe/core/io.h"
+#include "lmpipe/core/json.h"
+#include "lmpipe/tok/pre_tokenizer.h"
+#include "lmpipe/tok/sentencepiece.h"
+
+namespace lmp::tok {
+
+using tensor_io::MetaType;
+using tensor_io::MetaValue;
+
+namespace {
+
+// ---- a minimal protobuf writer for the SentencePiece ModelProto ----
+void varint(std::string& o, std::uint64_t v) {
+  while (v >= 0x80) {
+    o += static_cast<char>((v & 0x7F) | 0x80);
+    v >>= 7;
+  }
+  o += static_cast<char>(v);
+}
+void tag(std::string& o, int field, int wire) { varint(o, static_cast<std::uint64_t>(field) << 3 | static_cast<unsigned>(wire)); }
+void bytes_field(std::string& o, int field, std::string_view v) {
+  tag(o, field, 2);
+  varint(o, v.size());
+  o += v;
+}
+void varint_field(std::string& o, int field, std::uint64_t v) {
+  tag(o, field, 0);
+  varint(o, v);
+}
+
+const MetaValue* array_of(const tensor_io::TensorFile& f, const char* key, MetaType elem) {
+  const MetaValue* v = f.meta(key);
+  return v && v->type == MetaType::array && v->elem == elem ? v : nullptr;
+}
+
+std::optional<TokenId> id_key(const tensor_io::TensorFile& f, const char* key) {
+  const MetaValue* v = f.meta(key);
+  auto x = v ? v->as_int() : std::nullopt;
+  if (!x) return std::nullopt;
+  return static_cast<TokenId>(*x);
+}
+
+// A SentencePiece BPE tokenizer from pieces, scores and piece types (SentencePiece's
+// numbering, as GGUF's), through a ModelProto built in memory.
+Result<std::unique_ptr<Tokenizer>> spm_from(const std::vector<std::string>& pieces, const std::vector<float>& scores,
+                                            std::vector<std::int64_t> types, bool add_space_prefix, TokenId bos,
+                                            const std::string& name) {
+  const std::size_t n = pieces.size();
+  bool byte_fallback = false, have_unknown = false;
+  std::string proto;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::int64_t type = types[i];
+    if (type < 1 || type > 6) type = 1;
+    if (type == 6) byte_fallback = true;
+    if (type == 2) {  // llama.cpp takes the first unknown piece; later ones are pieces never produced
+      if (have_unknown) type = 3;
+      have_unknown = true;
+    }
+    std::string piece;
+    bytes_field(piece, 1, pieces[i]);
+    tag(piece, 2, 5);
+    piece.append(reinterpret_cast<const char*>(&scores[i]), 4);
+    varint_field(piece, 3, static_cast<std::uint64_t>(type));
+    bytes_field(proto, 1, piece);
+  }
+  std::string trainer;
+  varint_field(trainer, 3, 2);  // BPE
+  varint_field(trainer, 35, byte_fallback);
+  bytes_field(proto, 2, trainer);
+  std::string norm;
+  bytes_field(norm, 1, "identity");
+  varint_field(norm, 3, add_space_prefix);  // add_dummy_prefix
+  varint_field(norm, 4, 0);                 // remove_extra_whitespaces
+  varint_field(norm, 5, 1);                 // escape_whitespaces
+  bytes_field(proto, 3, norm);
+  LMP_ASSIGN(auto m, SentencePieceModel::parse(proto, name));
+  auto sp = std::make_unique<SentencePieceModel>(std::move(m));
+  TokenizerSpec spec;
+  spec.decoder = Decoder::sentencepiece;
+  if (bos < 0) bos = sp->bos_id();
+  if (bos >= 0) spec.template_prefix = {bos};
+  TokenizerInfo info{name, "sentencepiece", "none"};
+  return std::make_unique<Tokenizer>(std::move(sp), std::move(spec), std::vector<AddedToken>{}, std::move(info));
+}
+
+// Piece types from the pieces' spelling (as llama.cpp guesses them without token_type):
+// the unknown piece (`unk`, or <unk>), <s> and </s> as control pieces, <0xXX> as bytes.
+std::int64_t guess_type(const std::string& t, std::size_t i, TokenId unk) {
+  if (static_cast<TokenId>(i) == unk || (unk < 0 && t == "<unk>")) return 2;
+  if (t == "<s>" || t == "</s>" || t == "\n<s>\n" || t == "\n</s>\n") return 3;
+  if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>') return 6;
+  return 1;
+}
+
+Result<std::unique_ptr<Tokenizer>> spm(const tensor_io::TensorFile& f, const MetaValue& tokens) {
+  const MetaValue* scores = array_of(f, "tokenizer.ggml.scores", MetaType::f32);
+  const MetaValue* types = array_of(f, "tokenizer.ggml.token_type", MetaType::i32);
+  const std::size_t n = tokens.items.size();
+  if ((scores && scores->items.size() != n) || (types && types->items.size() != n))
+    return make_error(Errc::parse, "{}: tokenizer.ggml.scores/token_type do not have the {} entries of the tokens", f.name(), n);
+  const TokenId unk = id_key(f, "tokenizer.ggml.unknown_token_id").value_or(-1);
+  std::vector<std::string> pieces(n);
+  std::vector<float> sc(n, 0.0f);
+  std::vector<std::int64_t> ty(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    pieces[i] = tokens.items[i].s;
+    if (scores) sc[i] = static_cast<float>(scores->items[i].f);
+    ty[i] = types ? types->items[i].i : guess_type(pieces[i], i, unk);
+  }
+  const MetaValue* prefix = f.meta("tokenizer.ggml.add_space_prefix");
+  return spm_from(pieces, sc, std::move(ty), prefix ? prefix->u != 0 : true,
+                  id_key(f, "tokenizer.ggml.bos_token_id").value_or(-1), f.name() + " (tokenizer.ggml.*)");
+}
+
+Result<std::unique_ptr<Tokenizer>> bpe(const tensor_io::TensorFile& f, const MetaValue& tokens) {
+  const MetaValue* merges = array_of(f, "tokenizer.ggml.merges", MetaType::string);
+  if (!merges) return make_error(Errc::parse, "{}: a gpt2 tokenizer needs tokenizer.ggml.merges", f.name());
+  const MetaValue* types = array_of(f, "tokenizer.ggml.token_type", MetaType::i32);
+  const MetaValue* pre = f.meta("tokenizer.ggml.pre");
+  std::string pre_name = pre && pre->type == MetaType::string ? pre->s : "default";
+  std::string pattern;
+  if (pre_name == "default" || pre_name == "gpt-2" || pre_name == "gpt2") pattern = std::string(kGpt2Pattern);
+  else if (pre_name == "llama-bpe" || pre_name == "llama3") pattern = std::string(kCl100kPattern);
+  else
+    return make_error(Errc::unsupported,
+                      "{}: tokenizer.ggml.pre '{}' is not supported (default, gpt-2, llama-bpe are); give -t with the "
+                      "model's tokenizer.json",
+                      f.name(), pre_name);
+  // The equivalent tokenizer.json, handed to its loader.
+  std::string j = R"({"version":"1.0","added_tokens":[)";
+  bool first = true;
+  for (std::size_t i = 0; types && i < tokens.items.size(); ++i)
+    if (types->items[i].i == 3 || types->items[i].i == 4) {  // control and user-defined: matched whole
+      j += first ? "" : ",";
+      first = false;
+      j += fmt::format(R"({{"id":{},"content":)", i);
+      json::append_string(j, tokens.items[i].s);
+      j += fmt::format(R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":{}}})",
+                       types->items[i].i == 3);
+    }
+  j += R"(],"normalizer":null,"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":)";
+  json::append_string(j, pattern);
+  j += R"(},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]},)";
+  j += R"("post_processor":null,"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},)";
+  j += R"("model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":false,"vocab":{)";
+  for (std::size_t i = 0; i < tokens.items.size(); ++i) {
+    if (i) j += ",";
+    json::append_string(j, tokens.items[i].s);
+    j += fmt::format(":{}", i);
+  }
+  j += R"(},"merges":[)";
+  for (std::size_t i = 0; i < merges->items.size(); ++i) {
+    if (i) j += ",";
+    json::append_string(j, merges->items[i].s);
+  }
+  j += "]}}";
+  return load_tokenizer_json(std::move(j), f.name() + " (tokenizer.ggml.*)");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> load_llama2c_tokenizer(const std::string& path) {
+  LMP_ASSIGN(std::string buf, io::read_file(path));
+  if (buf.size() < 4) return make_error(Errc::parse, "{}: not a llama2.c tokenizer.bin (shorter than its header)", path);
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  std::size_t pos = 4;
+  while (pos < buf.size()) {
+    if (buf.size() - pos < 8)
+      return make_error(Errc::parse, "{}: byte {}: token {}: truncated", path, pos, pieces.size());
+    float score;
+    std::int32_t len;
+    std::memcpy(&score, buf.data() + pos, 4);
+    std::memcpy(&len, buf.data() + pos + 4, 4);
+    if (len < 0 || static_cast<std::size_t>(len) > buf.size() - pos - 8)
+      return make_error(Errc::parse, "{}: byte {}: token {}: length {} with {} bytes left", path, pos + 4, pieces.size(), len,
+                        buf.size() - pos - 8);
+    std::string piece = buf.substr(pos + 8, static_cast<std::size_t>(len));
+    // tokenizer.bin spells SentencePiece's ▁ as a space.
+    std::string escaped;
+    for (char c : piece) escaped += c == ' ' ? std::string(kMetaspace) : std::string(1, c);
+    pieces.push_back(std::move(escaped));
+    scores.push_back(score);
+    pos += 8 + static_cast<std::size_t>(len);
+  }
+  std::vector<std::int64_t> types(pieces.size());
+  for (std::size_t i = 0; i < pieces.size(); ++i) types[i] = guess_type(pieces[i], i, 0);
+  return spm_from(pieces, scores, std::move(types), true, 1, path);
+}
+
+Result<std::unique_ptr<Tokenizer>> load_gguf_tokenizer(const tensor_io::TensorFile& f) {
+  const MetaValue* model = f.meta("tokenizer.ggml.model");
+  const MetaValue* tokens = array_of(f, "tokenizer.ggml.tokens", MetaType::string);
+  if (!model || model->type != MetaType::string || !tokens)
+    return make_error(Errc::parse, "{}: no tokenizer (tokenizer.ggml.model and tokenizer.ggml.tokens); give -t", f.name());
+  if (model->s == "llama") return spm(f, *tokens);
+  if (model->s == "gpt2") return bpe(f, *tokens);
+  return make_error(Errc::unsupported, "{}: tokenizer.ggml.model '{}' is not supported (llama, gpt2 are); give -t", f.name(),
+                    model->s);
+}
+
+}  // namespace lmp::tok
