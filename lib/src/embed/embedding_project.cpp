@@ -23,8 +23,8 @@ void Embedding::project(const float* hidden, float* logits, int threads) const {
   }
   openblas_set_num_threads(1);  // our threads split the rows; each converts one row at a time
   const auto rows = static_cast<std::size_t>(n_vocab_);
-  const auto t = static_cast<std::size_t>(std::clamp(threads, 1, 64));
-  run_parallel(rows < 1024 ? 1 : t, [&](std::size_t i) {
+  const std::size_t t = rows < 1024 ? 1 : static_cast<std::size_t>(std::clamp(threads, 1, 64));
+  run_parallel(t, [&](std::size_t i) {
     std::vector<float> buf(n);
     for (std::size_t r = rows * i / t; r < rows * (i + 1) / t; ++r) {
       row(static_cast<TokenId>(r), buf.data());
