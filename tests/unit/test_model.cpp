@@ -1,0 +1,167 @@
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+
+#include "lmpipe/core/rng.h"
+#include "lmpipe/core/thread_pool.h"
+#include "lmpipe/model/ops.h"
+#include "lmpipe/model/synth.h"
+#include "lmpipe/model/transformer.h"
+
+using namespace lmp;
+using namespace lmp::model;
+
+namespace {
+std::string temp_path(const std::string& name) { return "/tmp/lmp_model_" + std::to_string(::getpid()) + "_" + name; }
+
+Config tiny_config() {
+  Config c;
+  c.arch = "llama";
+  c.n_vocab = 100, c.n_embd = 64, c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.n_ff = 128, c.n_ctx_train = 64;
+  c.tied = true;
+  return c;
+}
+
+double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
+  return m;
+}
+}  // namespace
+
+TEST_CASE("the thread pool runs every index once, again and again", "[model][pool]") {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int rep = 0; rep < 2000; ++rep) {
+      const std::size_t n = static_cast<std::size_t>(rep % 7);
+      std::vector<std::atomic<int>> hits(n);
+      pool.run(n, [&](std::size_t i) { hits[i].fetch_add(1); });
+      for (auto& h : hits) REQUIRE(h.load() == 1);
+    }
+  }
+}
+
+TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]") {
+  Rng r(3);
+  const int rows = 12, cols = 96, n = 7;
+  std::vector<float> W(static_cast<std::size_t>(rows * cols)), X(static_cast<std::size_t>(n * cols));
+  for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
+  for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0}) {
+    const std::size_t rb = dtype_bytes(t, cols);
+    std::vector<std::byte> q(rb * rows);
+    for (int i = 0; i < rows; ++i) from_f32(t, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);
+    Weight w{t, q.data(), rows, cols, rb};
+    std::vector<float> batch(static_cast<std::size_t>(n * rows)), scratch;
+    matmul(batch.data(), rows, w, X.data(), n, 0, rows, scratch);
+    for (int tok = 0; tok < n; ++tok) {
+      const float* x = X.data() + tok * cols;
+      QuantizedVec xq;
+      quantize_activation(xq, x, cols);
+      std::vector<float> one(rows);
+      matvec(one.data(), w, x, &xq, 0, rows);
+      for (int i = 0; i < rows; ++i) {
+        std::vector<float> row(cols);
+        to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, row.data(), cols);
+        double want = 0;
+        for (int k = 0; k < cols; ++k) want += static_cast<double>(row[static_cast<std::size_t>(k)]) * static_cast<double>(x[k]);
+        // The batched path multiplies f32 rows; the single-token path of q8_0/q4_0 also
+        // quantizes the activations (error up to about |row|·|x|/127 per block).
+        const double tol = (t == DType::q8_0 || t == DType::q4_0) ? 0.1 : 1e-4;
+        CHECK(static_cast<double>(batch[static_cast<std::size_t>(tok * rows + i)]) == Approx(want).margin(1e-4));
+        CHECK(static_cast<double>(one[static_cast<std::size_t>(i)]) == Approx(want).margin(tol));
+      }
+    }
+  }
+}
+
+TEST_CASE("rope: the adjacent and the halves layouts are one rotation under a permutation", "[model][ops]") {
+  const int hd = 8;
+  std::vector<float> a(hd), b(hd);
+  for (int i = 0; i < hd; ++i) a[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
+  // halves layout of the same pairs: (x0, x1, x2, x3 | y0, y1, y2, y3) ↔ adjacent (x0, y0, x1, y1, ...)
+  for (int i = 0; i < hd / 2; ++i) {
+    b[static_cast<std::size_t>(i)] = a[static_cast<std::size_t>(2 * i)];
+    b[static_cast<std::size_t>(i + hd / 2)] = a[static_cast<std::size_t>(2 * i + 1)];
+  }
+  rope(a.data(), 1, hd, 5, 10000.0f, RopeLayout::adjacent);
+  rope(b.data(), 1, hd, 5, 10000.0f, RopeLayout::halves);
+  for (int i = 0; i < hd / 2; ++i) {
+    CHECK(a[static_cast<std::size_t>(2 * i)] == Approx(b[static_cast<std::size_t>(i)]));
+    CHECK(a[static_cast<std::size_t>(2 * i + 1)] == Approx(b[static_cast<std::size_t>(i + hd / 2)]));
+  }
+  // Position 0 changes nothing.
+  std::vector<float> c(a);
+  rope(c.data(), 1, hd, 0, 10000.0f, RopeLayout::adjacent);
+  CHECK(c == a);
+}
+
+TEST_CASE("a random model: one token at a time equals the batch; cached equals recomputed; errors", "[model]") {
+  const std::string p = temp_path("tiny.gguf");
+  REQUIRE(write_random_gguf(p, tiny_config(), DType::f32, 5).ok());
+  auto f = tensor_io::TensorFile::open(p);
+  REQUIRE(f.ok());
+  auto m = Transformer::load(**f);
+  REQUIRE(m.ok());
+  const Config& c = (*m)->config();
+  CHECK(c.n_kv_head == 2);
+  CHECK(c.tied);
+  ThreadPool pool(2);
+  const std::vector<TokenId> seq = {1, 5, 17, 42, 99, 3, 7, 8, 9, 10};
+  kv::KvConfig kc{c.n_layer, 32, c.kv_dim()};
+  // Token by token with the cache.
+  kv::ContiguousKvCache cache(kc);
+  std::vector<float> step(static_cast<std::size_t>(c.n_vocab)), batch(step.size());
+  for (std::size_t i = 0; i < seq.size(); ++i) REQUIRE((*m)->forward(seq[i], static_cast<int>(i), cache, step.data(), pool).ok());
+  CHECK(cache.length(0) == static_cast<int>(seq.size()));
+  CHECK(cache.bytes_used() == 2 * seq.size() * static_cast<std::size_t>(c.n_layer * c.kv_dim()) * 4);
+  // The whole sequence at once (what --no-cache recomputes every step).
+  kv::ContiguousKvCache fresh(kc);
+  REQUIRE((*m)->forward_batch(seq, 0, fresh, batch.data(), pool).ok());
+  double range = *std::max_element(step.begin(), step.end()) - *std::min_element(step.begin(), step.end());
+  CHECK(max_abs(step, batch) <= 1e-4 * std::max(range, 1e-3));
+  // Errors: an id outside the vocabulary, a full context.
+  CHECK_FALSE((*m)->forward(100, static_cast<int>(seq.size()), cache, step.data(), pool).ok());
+  kv::ContiguousKvCache small(kv::KvConfig{c.n_layer, 2, c.kv_dim()});
+  REQUIRE((*m)->forward(1, 0, small, step.data(), pool).ok());
+  REQUIRE((*m)->forward(2, 1, small, step.data(), pool).ok());
+  auto full = (*m)->forward(3, 2, small, step.data(), pool);
+  REQUIRE_FALSE(full.ok());
+  CHECK_THAT(full.error().message, Catch::Contains("context is full"));
+  std::remove(p.c_str());
+}
+
+TEST_CASE("q8_0 and f16 weights stay close to f32 on the same random model", "[model]") {
+  const std::string pf = temp_path("f32.gguf"), pq = temp_path("q.gguf");
+  Config c = tiny_config();
+  REQUIRE(write_random_gguf(pf, c, DType::f32, 9).ok());
+  auto f32 = tensor_io::TensorFile::open(pf);
+  REQUIRE(f32.ok());
+  auto ref = Transformer::load(**f32);
+  REQUIRE(ref.ok());
+  ThreadPool pool(1);
+  kv::KvConfig kc{c.n_layer, 16, c.kv_dim()};
+  std::vector<float> want(static_cast<std::size_t>(c.n_vocab)), got(want.size());
+  {
+    kv::ContiguousKvCache cache(kc);
+    for (int i = 0; i < 5; ++i) REQUIRE((*ref)->forward(i + 1, i, cache, want.data(), pool).ok());
+  }
+  const double range = *std::max_element(want.begin(), want.end()) - *std::min_element(want.begin(), want.end());
+  for (auto [t, bound] : {std::pair{DType::f16, 0.002}, {DType::q8_0, 0.05}, {DType::q4_0, 0.3}}) {
+    REQUIRE(convert_gguf(pq, **f32, t).ok());
+    auto fq = tensor_io::TensorFile::open(pq);
+    REQUIRE(fq.ok());
+    auto m = Transformer::load(**fq);
+    REQUIRE(m.ok());
+    kv::ContiguousKvCache cache(kc);
+    for (int i = 0; i < 5; ++i) REQUIRE((*m)->forward(i + 1, i, cache, got.data(), pool).ok());
+    INFO(dtype_name(t) << ": max |logit - f32| " << max_abs(want, got) << " of range " << range);
+    CHECK(max_abs(want, got) <= bound * range);
+  }
+  std::remove(pf.c_str());
+  std::remove(pq.c_str());
+}
