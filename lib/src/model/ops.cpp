@@ -14,6 +14,10 @@ bool cpu_avx2() {
   static const bool v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return v;
 }
+bool cpu_avx512f() {
+  static const bool v = cpu_avx2() && __builtin_cpu_supports("avx512f");
+  return v;
+}
 bool cpu_vnni() {
   static const bool v = cpu_avx2() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
                         __builtin_cpu_supports("avx512bw");
@@ -71,6 +75,21 @@ __attribute__((target("avx2,fma"))) float dot_f32_avx2(const float* a, const flo
   }
   for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), s0);
   float s = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  for (; i < n; ++i) s += a[i] * x[i];
+  return s;
+}
+
+__attribute__((target("avx512f,avx2,fma"))) float dot_f32_avx512(const float* a, const float* x, std::int64_t n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  std::int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(x + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(x + i + 16), s1);
+    s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(x + i + 32), s2);
+    s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(x + i + 48), s3);
+  }
+  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(x + i), s0);
+  float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
   for (; i < n; ++i) s += a[i] * x[i];
   return s;
 }
@@ -192,19 +211,19 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
 
 void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi) {
   const std::int64_t n = w.cols;
-  const bool avx2 = cpu_avx2(), vnni = cpu_vnni();
+  const bool avx2 = cpu_avx2(), vnni = cpu_vnni(), avx512 = cpu_avx512f();
   const std::size_t ahead = std::max<std::size_t>(2048, w.row_bytes);  // prefetch distance
   for (std::int64_t r = lo; r < hi; ++r) {
     const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes;
     // The next row, a row ahead: the hardware's stream prefetcher restarts with every
     // short range of rows a thread takes.
-    if (r + 1 < hi)
+    if (r + 1 < hi && w.row_bytes < 4096)  // long rows are streams the hardware follows alone
       for (std::size_t b = 0; b < w.row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + ahead + b), _MM_HINT_T0);
     float s = 0;
     switch (w.dtype) {
       case DType::f32: {
         const auto* a = reinterpret_cast<const float*>(row);
-        s = avx2 ? dot_f32_avx2(a, x, n) : dot_f32_scalar(a, x, n);
+        s = avx512 ? dot_f32_avx512(a, x, n) : avx2 ? dot_f32_avx2(a, x, n) : dot_f32_scalar(a, x, n);
         break;
       }
       case DType::f16: {
