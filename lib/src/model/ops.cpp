@@ -89,7 +89,12 @@ __attribute__((target("avx512f,avx2,fma"))) float dot_f32_avx512(const float* a,
     s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(x + i + 48), s3);
   }
   for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(x + i), s0);
-  float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+  // Summed through memory: GCC 12 warns of uninitialized values inside _mm512_reduce_add_ps
+  // and the 256-bit extracts.
+  float lanes[16];
+  _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+  float s = 0;
+  for (float v : lanes) s += v;
   for (; i < n; ++i) s += a[i] * x[i];
   return s;
 }
