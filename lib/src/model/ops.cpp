@@ -99,6 +99,23 @@ __attribute__((target("avx512f,avx2,fma"))) float dot_f32_avx512(const float* a,
   return s;
 }
 
+__attribute__((target("avx512f,avx2,fma,f16c"))) float dot_f16_avx512(const std::uint16_t* a, const float* x, std::int64_t n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  std::int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    s0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i))), _mm512_loadu_ps(x + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 16))), _mm512_loadu_ps(x + i + 16), s1);
+    s2 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 32))), _mm512_loadu_ps(x + i + 32), s2);
+    s3 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 48))), _mm512_loadu_ps(x + i + 48), s3);
+  }
+  float lanes[16];
+  _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+  float s = 0;
+  for (float v : lanes) s += v;
+  for (; i < n; ++i) s += f16_to_f32(a[i]) * x[i];
+  return s;
+}
+
 __attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const std::uint16_t* a, const float* x, std::int64_t n) {
   __m256 s0 = _mm256_setzero_ps(), s1 = s0;
   std::int64_t i = 0;
@@ -233,7 +250,8 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
       }
       case DType::f16: {
         const auto* a = reinterpret_cast<const std::uint16_t*>(row);
-        if (avx2) s = dot_f16_avx2(a, x, n);
+        if (avx512) s = dot_f16_avx512(a, x, n);
+        else if (avx2) s = dot_f16_avx2(a, x, n);
         else
           for (std::int64_t i = 0; i < n; ++i) s += f16_to_f32(a[i]) * x[i];
         break;
