@@ -99,14 +99,19 @@ __attribute__((target("avx512f,avx2,fma"))) float dot_f32_avx512(const float* a,
   return s;
 }
 
+// f16 → f32, 16 at a time (the masked form: GCC 12 warns of an undefined value in the plain one).
+__attribute__((target("avx512f,avx2,fma,f16c"))) inline __m512 cvt16(__m256i h) {
+  return _mm512_mask_cvtph_ps(_mm512_setzero_ps(), static_cast<__mmask16>(0xFFFF), h);
+}
+
 __attribute__((target("avx512f,avx2,fma,f16c"))) float dot_f16_avx512(const std::uint16_t* a, const float* x, std::int64_t n) {
   __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   std::int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
-    s0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i))), _mm512_loadu_ps(x + i), s0);
-    s1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 16))), _mm512_loadu_ps(x + i + 16), s1);
-    s2 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 32))), _mm512_loadu_ps(x + i + 32), s2);
-    s3 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 48))), _mm512_loadu_ps(x + i + 48), s3);
+    s0 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i))), _mm512_loadu_ps(x + i), s0);
+    s1 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 16))), _mm512_loadu_ps(x + i + 16), s1);
+    s2 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 32))), _mm512_loadu_ps(x + i + 32), s2);
+    s3 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 48))), _mm512_loadu_ps(x + i + 48), s3);
   }
   float lanes[16];
   _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
