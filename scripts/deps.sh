@@ -29,6 +29,8 @@ lmp_install_npm() {
     [ -f "$dir/node_modules/$name/package.json" ] || need="$need $p"
   done
   [ -z "$need" ] && return 0
+  # All of them, not only the missing ones: with --no-save, npm removes from node_modules
+  # whatever the command line does not name.
   echo "npm install:$need" >&2
-  mkdir -p "$dir" && (cd "$dir" && npm install --no-audit --no-fund --no-save --loglevel=error $need >/dev/null)
+  mkdir -p "$dir" && (cd "$dir" && npm install --no-audit --no-fund --no-save --loglevel=error "$@" >/dev/null)
 }
