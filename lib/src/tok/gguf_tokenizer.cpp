@@ -6,6 +6,7 @@
 #include "lmpipe/core/json.h"
 #include "lmpipe/tok/pre_tokenizer.h"
 #include "lmpipe/tok/sentencepiece.h"
+#include "proto_write.h"
 
 namespace lmp::tok {
 
@@ -14,24 +15,9 @@ using tensor_io::MetaValue;
 
 namespace {
 
-// ---- a minimal protobuf writer for the SentencePiece ModelProto ----
-void varint(std::string& o, std::uint64_t v) {
-  while (v >= 0x80) {
-    o += static_cast<char>((v & 0x7F) | 0x80);
-    v >>= 7;
-  }
-  o += static_cast<char>(v);
-}
-void tag(std::string& o, int field, int wire) { varint(o, static_cast<std::uint64_t>(field) << 3 | static_cast<unsigned>(wire)); }
-void bytes_field(std::string& o, int field, std::string_view v) {
-  tag(o, field, 2);
-  varint(o, v.size());
-  o += v;
-}
-void varint_field(std::string& o, int field, std::uint64_t v) {
-  tag(o, field, 0);
-  varint(o, v);
-}
+using proto::put_bytes;
+using proto::put_float;
+using proto::put_varint_field;
 
 const MetaValue* array_of(const tensor_io::TensorFile& f, const char* key, MetaType elem) {
   const MetaValue* v = f.meta(key);
@@ -62,22 +48,21 @@ Result<std::unique_ptr<Tokenizer>> spm_from(const std::vector<std::string>& piec
       have_unknown = true;
     }
     std::string piece;
-    bytes_field(piece, 1, pieces[i]);
-    tag(piece, 2, 5);
-    piece.append(reinterpret_cast<const char*>(&scores[i]), 4);
-    varint_field(piece, 3, static_cast<std::uint64_t>(type));
-    bytes_field(proto, 1, piece);
+    put_bytes(piece, 1, pieces[i]);
+    put_float(piece, 2, scores[i]);
+    put_varint_field(piece, 3, static_cast<std::uint64_t>(type));
+    put_bytes(proto, 1, piece);
   }
   std::string trainer;
-  varint_field(trainer, 3, 2);  // BPE
-  varint_field(trainer, 35, byte_fallback);
-  bytes_field(proto, 2, trainer);
+  put_varint_field(trainer, 3, 2);  // BPE
+  put_varint_field(trainer, 35, byte_fallback);
+  put_bytes(proto, 2, trainer);
   std::string norm;
-  bytes_field(norm, 1, "identity");
-  varint_field(norm, 3, add_space_prefix);  // add_dummy_prefix
-  varint_field(norm, 4, 0);                 // remove_extra_whitespaces
-  varint_field(norm, 5, 1);                 // escape_whitespaces
-  bytes_field(proto, 3, norm);
+  put_bytes(norm, 1, "identity");
+  put_varint_field(norm, 3, add_space_prefix);  // add_dummy_prefix
+  put_varint_field(norm, 4, 0);                 // remove_extra_whitespaces
+  put_varint_field(norm, 5, 1);                 // escape_whitespaces
+  put_bytes(proto, 3, norm);
   LMP_ASSIGN(auto m, SentencePieceModel::parse(proto, name));
   auto sp = std::make_unique<SentencePieceModel>(std::move(m));
   TokenizerSpec spec;

@@ -14,6 +14,7 @@
 #include "lmpipe/core/parallel.h"
 #include "lmpipe/core/string_map.h"
 #include "merge_core.h"
+#include "proto_write.h"
 
 namespace lmp::tok {
 
@@ -21,30 +22,9 @@ namespace {
 
 constexpr std::string_view kSpace = kMetaspace;
 
-// ---- protobuf writing ------------------------------------------------------------------
-void put_varint(std::string& o, std::uint64_t v) {
-  while (v >= 0x80) {
-    o += static_cast<char>((v & 0x7F) | 0x80);
-    v >>= 7;
-  }
-  o += static_cast<char>(v);
-}
-void put_tag(std::string& o, int field, int wire) { put_varint(o, static_cast<std::uint64_t>(field) << 3 | static_cast<unsigned>(wire)); }
-void put_bytes(std::string& o, int field, std::string_view v) {
-  put_tag(o, field, 2);
-  put_varint(o, v.size());
-  o += v;
-}
-void put_varint_field(std::string& o, int field, std::uint64_t v) {
-  put_tag(o, field, 0);
-  put_varint(o, v);
-}
-void put_float(std::string& o, int field, float f) {
-  put_tag(o, field, 5);
-  std::uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  for (int k = 0; k < 4; ++k) o += static_cast<char>((bits >> (8 * k)) & 0xFF);
-}
+using proto::put_bytes;
+using proto::put_float;
+using proto::put_varint_field;
 
 struct Piece {
   std::string text;
