@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write the small model files of tests/data that the embed-inspect golden tests read.
+"""Write the small model files of tests/data that the embed-inspect, generate and sample
+golden tests read (models, tokenizer.bin, logits).
 
 Standard library only, written independently of lmpipe's own writers so that the tests
 read files lmpipe did not write. Deterministic: the same bytes on every run.
@@ -115,13 +116,31 @@ def safetensors(path):
     path.write_bytes(struct.pack("<Q", len(h)) + h + emb + lm)
 
 
+def npy_bytes(descr, shape, payload):
+    dims = "(%s)" % (", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else ""))
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, dims)
+    header += " " * ((-(len(header) + 11)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + payload
+
+
 def npy(path):
     dim = 8
     rows = embedding(dim)
-    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (V, dim)
-    header += " " * ((-(len(header) + 11)) % 64) + "\n"
-    path.write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode()
-                     + f32([x for r in rows for x in r]))
+    path.write_bytes(npy_bytes("<f4", (V, dim), f32([x for r in rows for x in r])))
+
+
+def logits(out):
+    row = [1.0, 2.0, 3.0, 0.5, -1.0, 3.0]
+    rows = [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [5.0, 4.0, 3.0, 2.0, 1.0, 0.0], [1.0] * 6]
+    flat = [x for r in rows for x in r]
+    (out / "logits6.npy").write_bytes(npy_bytes("<f4", (6,), f32(row)))
+    (out / "logits3x6.npy").write_bytes(npy_bytes("<f4", (3, 6), f32(flat)))
+    (out / "logits3x6_f16.npy").write_bytes(npy_bytes("<f2", (3, 6), f16(flat)))
+    (out / "logits_nan.npy").write_bytes(npy_bytes("<f4", (6,), f32([1.0, float("nan"), 2.0, 0.0, 0.0, 0.0])))
+    (out / "logits_i32.npy").write_bytes(npy_bytes("<i4", (6,), struct.pack("<6i", *range(6))))
+    (out / "logits_3d.npy").write_bytes(npy_bytes("<f4", (1, 2, 6), f32([0.0] * 12)))
+    (out / "logits_stream.npy").write_bytes(npy_bytes("<f4", (6,), f32(rows[0])) + npy_bytes("<f4", (2, 6), f32(flat[6:])))
+    (out / "logits_ragged.npy").write_bytes(npy_bytes("<f4", (6,), f32([0.0] * 6)) + npy_bytes("<f4", (2, 7), f32([0.0] * 14)))
 
 
 out.mkdir(parents=True, exist_ok=True)
@@ -131,3 +150,4 @@ llama2c_tokenizer(out / "tiny_llama2c_tok.bin")
 gguf(out / "tiny.gguf")
 safetensors(out / "tiny.safetensors")
 npy(out / "tiny_emb.npy")
+logits(out)
