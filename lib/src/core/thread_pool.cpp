@@ -20,7 +20,7 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::drain(Job& j) {
   for (std::size_t i; (i = j.next.fetch_add(1)) < j.n;) {
-    (*j.f)(i);
+    j.call(j.ctx, i);
     j.done.fetch_add(1);
   }
 }
@@ -45,13 +45,14 @@ void ThreadPool::work() {
   }
 }
 
-void ThreadPool::run(std::size_t n, const std::function<void(std::size_t)>& f) {
+void ThreadPool::run_erased(std::size_t n, Call call, void* ctx) {
   if (workers_.empty() || n <= 1) {
-    for (std::size_t i = 0; i < n; ++i) f(i);
+    for (std::size_t i = 0; i < n; ++i) call(ctx, i);
     return;
   }
   Job j;
-  j.f = &f;
+  j.call = call;
+  j.ctx = ctx;
   j.n = n;
   job_.store(&j);
   {

@@ -8,9 +8,9 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace lmp {
@@ -24,11 +24,19 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
   // f(i) for i in [0, n), spread over the threads; blocks until every call returned.
-  void run(std::size_t n, const std::function<void(std::size_t)>& f);
+  // Takes any callable by reference: nothing is allocated per call.
+  template <class F>
+  void run(std::size_t n, F&& f) {
+    run_erased(n, [](void* ctx, std::size_t i) { (*static_cast<std::remove_reference_t<F>*>(ctx))(i); },
+               const_cast<void*>(static_cast<const void*>(&f)));
+  }
 
  private:
+  using Call = void (*)(void*, std::size_t);
+  void run_erased(std::size_t n, Call call, void* ctx);
   struct Job {
-    const std::function<void(std::size_t)>* f;
+    Call call;
+    void* ctx;
     std::size_t n;
     std::atomic<std::size_t> next{0}, done{0};
   };
