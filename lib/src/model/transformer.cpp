@@ -170,36 +170,37 @@ void Transformer::matvecs(std::span<const std::pair<const Weight*, float*>> jobs
   });
 }
 
+// One head's attention at `pos` over the cached positions 0..pos: q (head_dim) against the
+// keys of its kv head, softmax, the values summed into out (head_dim). att: (pos + 1) scratch.
+void Transformer::attend_head(int h, int pos, const float* q, float* out, float* att,
+                              const std::vector<kv::KvBlock>& blocks) const {
+  const Config& c = cfg_;
+  const int hd = c.head_dim(), kvd = c.kv_dim(), n = pos + 1;
+  const auto kv_off = static_cast<std::size_t>(h / (c.n_head / c.n_kv_head)) * static_cast<std::size_t>(hd);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  int t = 0;
+  for (const auto& b : blocks) {
+    const auto* K = static_cast<const float*>(b.k);
+    for (int j = 0; j < b.n_tokens && t < n; ++j, ++t)
+      att[t] = dot(q, K + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kv_off, hd) * scale;
+  }
+  softmax(att, n);
+  std::fill(out, out + hd, 0.0f);
+  t = 0;
+  for (const auto& b : blocks) {
+    const auto* V = static_cast<const float*>(b.v);
+    for (int j = 0; j < b.n_tokens && t < n; ++j, ++t)
+      axpy(out, att[t], V + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kv_off, hd);
+  }
+}
+
 void Transformer::attention(int layer, int pos, const kv::KvCache& cache, ThreadPool& pool) {
   const Config& c = cfg_;
-  const int hd = c.head_dim(), group = c.n_head / c.n_kv_head, kvd = c.kv_dim();
-  const int n = pos + 1;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const auto hd = static_cast<std::size_t>(c.head_dim()), n = static_cast<std::size_t>(pos + 1);
   cache.blocks(layer, 0, blocks_);
-  att_.resize(static_cast<std::size_t>(c.n_head) * static_cast<std::size_t>(n));
+  att_.resize(static_cast<std::size_t>(c.n_head) * n);
   auto head = [&](std::size_t h) {
-    const float* q = q_.data() + h * static_cast<std::size_t>(hd);
-    const std::size_t kvh = h / static_cast<std::size_t>(group);
-    float* att = att_.data() + h * static_cast<std::size_t>(n);
-    int t = 0;
-    for (const auto& b : blocks_) {
-      const auto* K = static_cast<const float*>(b.k);
-      for (int j = 0; j < b.n_tokens && t < n; ++j, ++t) {
-        const float* k = K + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kvh * static_cast<std::size_t>(hd);
-        att[t] = dot(q, k, hd) * scale;
-      }
-    }
-    softmax(att, n);
-    float* out = xb_.data() + h * static_cast<std::size_t>(hd);
-    std::fill(out, out + hd, 0.0f);
-    t = 0;
-    for (const auto& b : blocks_) {
-      const auto* V = static_cast<const float*>(b.v);
-      for (int j = 0; j < b.n_tokens && t < n; ++j, ++t) {
-        const float* v = V + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kvh * static_cast<std::size_t>(hd);
-        axpy(out, att[t], v, hd);
-      }
-    }
+    attend_head(static_cast<int>(h), pos, q_.data() + h * hd, xb_.data() + h * hd, att_.data() + h * n, blocks_);
   };
   if (static_cast<std::int64_t>(n) * c.n_embd < (1 << 15)) {
     for (std::size_t h = 0; h < static_cast<std::size_t>(c.n_head); ++h) head(h);
@@ -263,37 +264,6 @@ void Transformer::matmuls(std::span<const Mm> jobs, const float* x, std::int64_t
   }
 }
 
-// Attention of one query (n_head × head_dim) at `pos` over the cached positions 0..pos.
-void Transformer::attention_one(int layer, int pos, const float* q_all, float* out_all, std::vector<float>& att,
-                                const std::vector<kv::KvBlock>& blocks) const {
-  (void)layer;
-  const Config& c = cfg_;
-  const int hd = c.head_dim(), group = c.n_head / c.n_kv_head, kvd = c.kv_dim(), n = pos + 1;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  att.resize(static_cast<std::size_t>(n));
-  for (int h = 0; h < c.n_head; ++h) {
-    const float* q = q_all + static_cast<std::size_t>(h) * static_cast<std::size_t>(hd);
-    const auto kvh = static_cast<std::size_t>(h / group);
-    int t = 0;
-    for (const auto& b : blocks) {
-      const auto* K = static_cast<const float*>(b.k);
-      for (int j = 0; j < b.n_tokens && t < n; ++j, ++t)
-        att[static_cast<std::size_t>(t)] =
-            dot(q, K + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kvh * static_cast<std::size_t>(hd), hd) * scale;
-    }
-    softmax(att.data(), n);
-    float* out = out_all + static_cast<std::size_t>(h) * static_cast<std::size_t>(hd);
-    std::fill(out, out + hd, 0.0f);
-    t = 0;
-    for (const auto& b : blocks) {
-      const auto* V = static_cast<const float*>(b.v);
-      for (int j = 0; j < b.n_tokens && t < n; ++j, ++t)
-        axpy(out, att[static_cast<std::size_t>(t)],
-             V + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kvh * static_cast<std::size_t>(hd), hd);
-    }
-  }
-}
-
 Status Transformer::forward_batch(std::span<const TokenId> tokens, int pos0, kv::KvCache& cache, float* logits,
                                   ThreadPool& pool) {
   const Config& c = cfg_;
@@ -340,8 +310,14 @@ Status Transformer::forward_batch(std::span<const TokenId> tokens, int pos0, kv:
     // Causal attention: token t sees positions 0..pos0 + t; threads take tokens in turn.
     const auto T = static_cast<std::size_t>(pool.size());
     pool.run(T, [&](std::size_t i) {
-      for (std::size_t t = i; t < N; t += T)
-        attention_one(l, pos0 + static_cast<int>(t), bq_.data() + t * E, bxb_.data() + t * E, batt_[i], blocks_);
+      for (std::size_t t = i; t < N; t += T) {
+        const int pos = pos0 + static_cast<int>(t);
+        batt_[i].resize(static_cast<std::size_t>(pos + 1));
+        const auto hd = static_cast<std::size_t>(c.head_dim());
+        for (int h = 0; h < c.n_head; ++h)
+          attend_head(h, pos, bq_.data() + t * E + static_cast<std::size_t>(h) * hd,
+                      bxb_.data() + t * E + static_cast<std::size_t>(h) * hd, batt_[i].data(), blocks_);
+      }
     });
     const Mm o[] = {{&w.wo, bxb2_.data(), E}};
     matmuls(o, bxb_.data(), n, pool);

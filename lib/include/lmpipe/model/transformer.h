@@ -68,8 +68,7 @@ class Transformer {
     std::size_t ld;
   };
   void matmuls(std::span<const Mm> jobs, const float* x, std::int64_t n, ThreadPool& pool);
-  void attention_one(int layer, int pos, const float* q, float* out, std::vector<float>& att,
-                     const std::vector<kv::KvBlock>& blocks) const;
+  void attend_head(int h, int pos, const float* q, float* out, float* att, const std::vector<kv::KvBlock>& blocks) const;
   Transformer() = default;
   void matvecs(std::span<const std::pair<const Weight*, float*>> jobs, const float* x, ThreadPool& pool);
   void attention(int layer, int pos, const kv::KvCache& cache, ThreadPool& pool);
