@@ -104,7 +104,7 @@ Status run(const Options& o, cli::Output& out) {
   Rng rng(*o.seed);
   ThreadPool pool(o.threads);
   kv::KvConfig kc{c.n_layer, n_ctx, c.kv_dim()};
-  auto cache = std::make_unique<kv::ContiguousKvCache>(kc);
+  LMP_ASSIGN(auto cache, kv::make_kv_cache(kc));
   std::vector<float> logits(static_cast<std::size_t>(c.n_vocab));
   std::vector<TokenId> seq = prompt;
   const double load_s = secs(t_load, Clock::now());
@@ -147,7 +147,7 @@ Status run(const Options& o, cli::Output& out) {
     // The next logits: one step with the cache, or (--no-cache) the whole sequence again.
     const int pos = static_cast<int>(seq.size()) - 1;
     if (o.no_cache) {
-      cache = std::make_unique<kv::ContiguousKvCache>(kc);
+      LMP_ASSIGN(cache, kv::make_kv_cache(kc));
       LMP_TRY(model->forward_batch(seq, 0, *cache, logits.data(), pool));
     } else {
       LMP_TRY(model->forward(id, pos, *cache, logits.data(), pool));
@@ -156,7 +156,7 @@ Status run(const Options& o, cli::Output& out) {
   if (emit != "logits") LMP_TRY(out.write("\n"));
   auto t2 = Clock::now();
   const double pp = secs(t0, t1), gen = secs(t1, t2);
-  const std::size_t kv_bytes = cache->bytes_used();
+  const std::size_t kv_bytes = cache->stats().used;
   if (o.json) {
     cli::note(fmt::format(
         "{{\"model\":{},\"load_s\":{:.4f},\"prompt_tokens\":{},\"prompt_s\":{:.4f},\"prompt_tok_s\":{:.2f},"
@@ -165,7 +165,7 @@ Status run(const Options& o, cli::Output& out) {
         "\"weight_bytes_per_token\":{},\"kernels\":\"{}\"}}",
         [&] { std::string s; json::append_string(s, model->describe()); return s; }(), load_s, prompt.size(), pp,
         static_cast<double>(prompt.size()) / pp, generated, gen, gen > 0 ? static_cast<double>(generated) / gen : 0.0,
-        secs(t1, t_first), kv_bytes, cache->bytes_reserved(), cli::peak_rss_bytes(), o.threads, !o.no_cache,
+        secs(t1, t_first), kv_bytes, cache->stats().reserved, cli::peak_rss_bytes(), o.threads, !o.no_cache,
         model->weight_bytes_per_token(), model::kernel_name()));
   } else {
     cli::note(fmt::format("{}", model->describe()));
@@ -174,7 +174,7 @@ Status run(const Options& o, cli::Output& out) {
                           prompt.size(), pp, static_cast<double>(prompt.size()) / pp, generated, gen,
                           gen > 0 ? static_cast<double>(generated) / gen : 0.0, secs(t0, t_first)));
     cli::note(fmt::format("KV cache {} in use ({} reserved){}; peak memory {}", cli::human_bytes(static_cast<double>(kv_bytes)),
-                          cli::human_bytes(static_cast<double>(cache->bytes_reserved())), o.no_cache ? ", --no-cache: recomputed every step" : "",
+                          cli::human_bytes(static_cast<double>(cache->stats().reserved)), o.no_cache ? ", --no-cache: recomputed every step" : "",
                           cli::human_bytes(static_cast<double>(cli::peak_rss_bytes()))));
   }
   return {};

@@ -26,6 +26,12 @@ Config tiny_config() {
   return c;
 }
 
+std::unique_ptr<kv::KvCache> new_cache(const kv::KvConfig& kc) {
+  auto c = kv::make_kv_cache(kc);
+  REQUIRE(c.ok());
+  return std::move(*c);
+}
+
 double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
@@ -114,22 +120,22 @@ TEST_CASE("a random model: one token at a time equals the batch; cached equals r
   const std::vector<TokenId> seq = {1, 5, 17, 42, 99, 3, 7, 8, 9, 10};
   kv::KvConfig kc{c.n_layer, 32, c.kv_dim()};
   // Token by token with the cache.
-  kv::ContiguousKvCache cache(kc);
+  auto cache = new_cache(kc);
   std::vector<float> step(static_cast<std::size_t>(c.n_vocab)), batch(step.size());
-  for (std::size_t i = 0; i < seq.size(); ++i) REQUIRE((*m)->forward(seq[i], static_cast<int>(i), cache, step.data(), pool).ok());
-  CHECK(cache.length(0) == static_cast<int>(seq.size()));
-  CHECK(cache.bytes_used() == 2 * seq.size() * static_cast<std::size_t>(c.n_layer * c.kv_dim()) * 4);
+  for (std::size_t i = 0; i < seq.size(); ++i) REQUIRE((*m)->forward(seq[i], static_cast<int>(i), *cache, step.data(), pool).ok());
+  CHECK(cache->length(0) == static_cast<int>(seq.size()));
+  CHECK(cache->stats().used == 2 * seq.size() * static_cast<std::size_t>(c.n_layer * c.kv_dim()) * 4);
   // The whole sequence at once (what --no-cache recomputes every step).
-  kv::ContiguousKvCache fresh(kc);
-  REQUIRE((*m)->forward_batch(seq, 0, fresh, batch.data(), pool).ok());
+  auto fresh = new_cache(kc);
+  REQUIRE((*m)->forward_batch(seq, 0, *fresh, batch.data(), pool).ok());
   double range = *std::max_element(step.begin(), step.end()) - *std::min_element(step.begin(), step.end());
   CHECK(max_abs(step, batch) <= 1e-4 * std::max(range, 1e-3));
   // Errors: an id outside the vocabulary, a full context.
-  CHECK_FALSE((*m)->forward(100, static_cast<int>(seq.size()), cache, step.data(), pool).ok());
-  kv::ContiguousKvCache small(kv::KvConfig{c.n_layer, 2, c.kv_dim()});
-  REQUIRE((*m)->forward(1, 0, small, step.data(), pool).ok());
-  REQUIRE((*m)->forward(2, 1, small, step.data(), pool).ok());
-  auto full = (*m)->forward(3, 2, small, step.data(), pool);
+  CHECK_FALSE((*m)->forward(100, static_cast<int>(seq.size()), *cache, step.data(), pool).ok());
+  auto small = new_cache(kv::KvConfig{c.n_layer, 2, c.kv_dim()});
+  REQUIRE((*m)->forward(1, 0, *small, step.data(), pool).ok());
+  REQUIRE((*m)->forward(2, 1, *small, step.data(), pool).ok());
+  auto full = (*m)->forward(3, 2, *small, step.data(), pool);
   REQUIRE_FALSE(full.ok());
   CHECK_THAT(full.error().message, Catch::Contains("context is full"));
   std::remove(p.c_str());
@@ -147,8 +153,8 @@ TEST_CASE("q8_0 and f16 weights stay close to f32 on the same random model", "[m
   kv::KvConfig kc{c.n_layer, 16, c.kv_dim()};
   std::vector<float> want(static_cast<std::size_t>(c.n_vocab)), got(want.size());
   {
-    kv::ContiguousKvCache cache(kc);
-    for (int i = 0; i < 5; ++i) REQUIRE((*ref)->forward(i + 1, i, cache, want.data(), pool).ok());
+    auto cache = new_cache(kc);
+    for (int i = 0; i < 5; ++i) REQUIRE((*ref)->forward(i + 1, i, *cache, want.data(), pool).ok());
   }
   const double range = *std::max_element(want.begin(), want.end()) - *std::min_element(want.begin(), want.end());
   for (auto [t, bound] : {std::pair{DType::f16, 0.002}, {DType::q8_0, 0.05}, {DType::q4_0, 0.3}}) {
@@ -157,8 +163,8 @@ TEST_CASE("q8_0 and f16 weights stay close to f32 on the same random model", "[m
     REQUIRE(fq.ok());
     auto m = Transformer::load(**fq);
     REQUIRE(m.ok());
-    kv::ContiguousKvCache cache(kc);
-    for (int i = 0; i < 5; ++i) REQUIRE((*m)->forward(i + 1, i, cache, got.data(), pool).ok());
+    auto cache = new_cache(kc);
+    for (int i = 0; i < 5; ++i) REQUIRE((*m)->forward(i + 1, i, *cache, got.data(), pool).ok());
     INFO(dtype_name(t) << ": max |logit - f32| " << max_abs(want, got) << " of range " << range);
     CHECK(max_abs(want, got) <= bound * range);
   }

@@ -84,6 +84,8 @@ Result<std::unique_ptr<Transformer>> Transformer::load(const TensorFile& f) {
   if (c.n_embd % c.n_head || c.n_kv_head <= 0 || c.n_head % c.n_kv_head || c.head_dim() % 2)
     return make_error(Errc::parse, "{}: {} heads ({} kv) do not divide n_embd {} into even head sizes", f.name(), c.n_head,
                       c.n_kv_head, c.n_embd);
+  if (c.head_dim() > kMaxHeadDim)
+    return make_error(Errc::unsupported, "{}: head_dim {} is over the {} supported", f.name(), c.head_dim(), kMaxHeadDim);
   if (auto rd = meta_int(f, c.arch + ".rope.dimension_count"); rd && *rd != c.head_dim())
     return make_error(Errc::unsupported, "{}: partial rotary embedding ({} of {} dimensions) is not supported", f.name(),
                       *rd, c.head_dim());
@@ -170,37 +172,52 @@ void Transformer::matvecs(std::span<const std::pair<const Weight*, float*>> jobs
   });
 }
 
-// One head's attention at `pos` over the cached positions 0..pos: q (head_dim) against the
-// keys of its kv head, softmax, the values summed into out (head_dim). att: (pos + 1) scratch.
-void Transformer::attend_head(int h, int pos, const float* q, float* out, float* att,
-                              const std::vector<kv::KvBlock>& blocks) const {
+// One head's attention for the query at `pos` over the first n_visible cached tokens of
+// `blocks`: q (head_dim) against the keys of its kv head, softmax, the values summed into
+// out (head_dim). att: scratch of n_visible floats. Keys of a block with q_pos >= 0 (the
+// sinks, after eviction) meet the query rotated to q_pos instead of pos.
+void Transformer::attend_head(int h, int pos, int n_visible, const float* q, float* out, float* att,
+                              const kv::RowFormat& fmt, const std::vector<kv::KvBlock>& blocks) const {
   const Config& c = cfg_;
-  const int hd = c.head_dim(), kvd = c.kv_dim(), n = pos + 1;
-  const auto kv_off = static_cast<std::size_t>(h / (c.n_head / c.n_kv_head)) * static_cast<std::size_t>(hd);
+  const int hd = c.head_dim();
+  const int kv_off = (h / (c.n_head / c.n_kv_head)) * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float q_moved[kMaxHeadDim];
   int t = 0;
   for (const auto& b : blocks) {
-    const auto* K = static_cast<const float*>(b.k);
-    for (int j = 0; j < b.n_tokens && t < n; ++j, ++t)
-      att[t] = dot(q, K + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kv_off, hd) * scale;
+    const int m = std::min(b.size(), n_visible - t);
+    if (m <= 0) break;
+    const float* qq = q;
+    if (b.q_pos >= 0 && b.q_pos != pos) {
+      std::copy(q, q + hd, q_moved);
+      rope(q_moved, 1, hd, b.q_pos - pos, c.rope_theta, c.rope);  // rotations compose: pos + (q_pos - pos)
+      qq = q_moved;
+    }
+    kv::row_scores(fmt, att + t, qq, b.k + static_cast<std::size_t>(b.begin) * fmt.bytes, m, kv_off, hd, scale);
+    t += m;
   }
-  softmax(att, n);
+  softmax(att, t);
   std::fill(out, out + hd, 0.0f);
   t = 0;
   for (const auto& b : blocks) {
-    const auto* V = static_cast<const float*>(b.v);
-    for (int j = 0; j < b.n_tokens && t < n; ++j, ++t)
-      axpy(out, att[t], V + static_cast<std::size_t>(j) * static_cast<std::size_t>(kvd) + kv_off, hd);
+    const int m = std::min(b.size(), n_visible - t);
+    if (m <= 0) break;
+    kv::row_accumulate(fmt, out, att + t, b.v + static_cast<std::size_t>(b.begin) * fmt.bytes, m, kv_off, hd);
+    t += m;
   }
 }
 
-void Transformer::attention(int layer, int pos, const kv::KvCache& cache, ThreadPool& pool) {
+void Transformer::attention(int layer, int pos, kv::SeqId seq, const kv::KvCache& cache, ThreadPool& pool) {
   const Config& c = cfg_;
-  const auto hd = static_cast<std::size_t>(c.head_dim()), n = static_cast<std::size_t>(pos + 1);
-  cache.blocks(layer, 0, blocks_);
+  const auto hd = static_cast<std::size_t>(c.head_dim());
+  cache.blocks(layer, seq, blocks_);
+  int total = 0;
+  for (const auto& b : blocks_) total += b.size();
+  const auto n = static_cast<std::size_t>(total);
   att_.resize(static_cast<std::size_t>(c.n_head) * n);
   auto head = [&](std::size_t h) {
-    attend_head(static_cast<int>(h), pos, q_.data() + h * hd, xb_.data() + h * hd, att_.data() + h * n, blocks_);
+    attend_head(static_cast<int>(h), pos, total, q_.data() + h * hd, xb_.data() + h * hd, att_.data() + h * n,
+                cache.format(), blocks_);
   };
   if (static_cast<std::int64_t>(n) * c.n_embd < (1 << 15)) {
     for (std::size_t h = 0; h < static_cast<std::size_t>(c.n_head); ++h) head(h);
@@ -209,7 +226,7 @@ void Transformer::attention(int layer, int pos, const kv::KvCache& cache, Thread
   }
 }
 
-Status Transformer::forward(TokenId token, int pos, kv::KvCache& cache, float* logits, ThreadPool& pool) {
+Status Transformer::forward(TokenId token, int pos, kv::KvCache& cache, float* logits, ThreadPool& pool, kv::SeqId seq) {
   const Config& c = cfg_;
   if (token < 0 || token >= c.n_vocab)
     return make_error(Errc::out_of_range, "token id {} is outside the model's vocabulary (0..{})", token, c.n_vocab - 1);
@@ -228,8 +245,9 @@ Status Transformer::forward(TokenId token, int pos, kv::KvCache& cache, float* l
       for (std::size_t i = 0; i < v_.size(); ++i) v_[i] += w.bv[i];
     rope(q_.data(), c.n_head, c.head_dim(), pos, c.rope_theta, c.rope);
     rope(k_.data(), c.n_kv_head, c.head_dim(), pos, c.rope_theta, c.rope);
-    LMP_TRY(cache.append(l, 0, k_, v_));
-    attention(l, pos, cache, pool);  // → xb_ (n_head × head_dim)
+    LMP_TRY(cache.append(l, seq, k_, v_));
+    attention(l, pos, seq, cache, pool);  // → xb_ (n_head × head_dim)
+    if (probe_) probe_->insert(probe_->end(), xb_.begin(), xb_.end());
     const std::pair<const Weight*, float*> o[] = {{&w.wo, xb2_.data()}};
     matvecs(o, xb_.data(), pool);
     for (std::size_t i = 0; i < E; ++i) x_[i] += xb2_[i];
@@ -265,11 +283,20 @@ void Transformer::matmuls(std::span<const Mm> jobs, const float* x, std::int64_t
 }
 
 Status Transformer::forward_batch(std::span<const TokenId> tokens, int pos0, kv::KvCache& cache, float* logits,
-                                  ThreadPool& pool) {
+                                  ThreadPool& pool, kv::SeqId seq) {
   const Config& c = cfg_;
   const auto n = static_cast<std::int64_t>(tokens.size());
   if (n == 0) return {};
-  if (n == 1) return forward(tokens[0], pos0, cache, logits, pool);
+  if (n == 1) return forward(tokens[0], pos0, cache, logits, pool, seq);
+  if (cache.config().eviction != kv::Eviction::none && n > cache.room(seq)) {
+    // Within a batch every token's keys are in the cache before attention; past the
+    // cache's room they would evict keys that earlier tokens of the batch still see.
+    const auto fit = static_cast<std::size_t>(std::max(cache.room(seq), 0));
+    if (fit > 1) LMP_TRY(forward_batch(tokens.first(fit), pos0, cache, logits, pool, seq));
+    for (std::size_t i = fit > 1 ? fit : 0; i < tokens.size(); ++i)
+      LMP_TRY(forward(tokens[i], pos0 + static_cast<int>(i), cache, logits, pool, seq));
+    return {};
+  }
   const auto E = static_cast<std::size_t>(c.n_embd), F = static_cast<std::size_t>(c.n_ff),
              KV = static_cast<std::size_t>(c.kv_dim()), N = static_cast<std::size_t>(n);
   bx_.resize(N * E);
@@ -304,19 +331,23 @@ Status Transformer::forward_batch(std::span<const TokenId> tokens, int pos0, kv:
       const int pos = pos0 + static_cast<int>(t);
       rope(q, c.n_head, c.head_dim(), pos, c.rope_theta, c.rope);
       rope(k, c.n_kv_head, c.head_dim(), pos, c.rope_theta, c.rope);
-      LMP_TRY(cache.append(l, 0, std::span<const float>(k, KV), std::span<const float>(v, KV)));
+      LMP_TRY(cache.append(l, seq, std::span<const float>(k, KV), std::span<const float>(v, KV)));
     }
-    cache.blocks(l, 0, blocks_);
-    // Causal attention: token t sees positions 0..pos0 + t; threads take tokens in turn.
+    cache.blocks(l, seq, blocks_);
+    int total = 0;
+    for (const auto& b : blocks_) total += b.size();
+    // Causal attention: token t sees the cached tokens before the batch and the batch's
+    // first t + 1; threads take tokens in turn.
     const auto T = static_cast<std::size_t>(pool.size());
     pool.run(T, [&](std::size_t i) {
       for (std::size_t t = i; t < N; t += T) {
         const int pos = pos0 + static_cast<int>(t);
-        batt_[i].resize(static_cast<std::size_t>(pos + 1));
+        const int visible = total - static_cast<int>(N) + static_cast<int>(t) + 1;
+        batt_[i].resize(static_cast<std::size_t>(visible));
         const auto hd = static_cast<std::size_t>(c.head_dim());
         for (int h = 0; h < c.n_head; ++h)
-          attend_head(h, pos, bq_.data() + t * E + static_cast<std::size_t>(h) * hd,
-                      bxb_.data() + t * E + static_cast<std::size_t>(h) * hd, batt_[i].data(), blocks_);
+          attend_head(h, pos, visible, bq_.data() + t * E + static_cast<std::size_t>(h) * hd,
+                      bxb_.data() + t * E + static_cast<std::size_t>(h) * hd, batt_[i].data(), cache.format(), blocks_);
       }
     });
     const Mm o[] = {{&w.wo, bxb2_.data(), E}};

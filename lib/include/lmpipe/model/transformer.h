@@ -43,6 +43,8 @@ struct LayerWeights {
 
 class Transformer {
  public:
+  static constexpr int kMaxHeadDim = 512;
+
   // Read the configuration from the file's metadata (GGUF llama/qwen2 keys; the llama.*
   // keys a llama2.c checkpoint is read with) and view the weights. The file must outlive it.
   static Result<std::unique_ptr<Transformer>> load(const tensor_io::TensorFile& f);
@@ -52,14 +54,19 @@ class Transformer {
   std::uint64_t weight_bytes_per_token() const;
   std::string describe() const;  // "llama: 5 layers, n_embd 64, 8 heads (4 kv), ... f32"
 
-  // One token at position `pos` (the cache holds positions 0..pos-1 of sequence 0):
-  // appends its keys and values and writes the logits (n_vocab). Errors: an id outside
-  // the vocabulary, a full context.
-  Status forward(TokenId token, int pos, kv::KvCache& cache, float* logits, ThreadPool& pool);
+  // One token at position `pos` of sequence `seq` (the cache holds its positions
+  // 0..pos-1, or those not evicted): appends its keys and values and writes the logits
+  // (n_vocab). Errors: an id outside the vocabulary, a full context or cache.
+  Status forward(TokenId token, int pos, kv::KvCache& cache, float* logits, ThreadPool& pool, kv::SeqId seq = 0);
   // Many tokens at positions pos0, pos0 + 1, ... (prompt processing): matrix-matrix
   // products, so each weight is read once per block of tokens; keys and values of all go
-  // to the cache; the logits of the last token are written.
-  Status forward_batch(std::span<const TokenId> tokens, int pos0, kv::KvCache& cache, float* logits, ThreadPool& pool);
+  // to the cache; the logits of the last token are written. Under eviction, the tokens
+  // past the cache's room go one at a time, so that each sees exactly its window.
+  Status forward_batch(std::span<const TokenId> tokens, int pos0, kv::KvCache& cache, float* logits, ThreadPool& pool,
+                       kv::SeqId seq = 0);
+  // While set, forward() appends each layer's attention output (n_embd, before the output
+  // projection) to *probe: kv-bench compares them across cache storage types.
+  void set_attention_probe(std::vector<float>* probe) { probe_ = probe; }
 
  private:
   struct Mm {
@@ -68,10 +75,11 @@ class Transformer {
     std::size_t ld;
   };
   void matmuls(std::span<const Mm> jobs, const float* x, std::int64_t n, ThreadPool& pool);
-  void attend_head(int h, int pos, const float* q, float* out, float* att, const std::vector<kv::KvBlock>& blocks) const;
+  void attend_head(int h, int pos, int n_visible, const float* q, float* out, float* att, const kv::RowFormat& fmt,
+                   const std::vector<kv::KvBlock>& blocks) const;
   Transformer() = default;
   void matvecs(std::span<const std::pair<const Weight*, float*>> jobs, const float* x, ThreadPool& pool);
-  void attention(int layer, int pos, const kv::KvCache& cache, ThreadPool& pool);
+  void attention(int layer, int pos, kv::SeqId seq, const kv::KvCache& cache, ThreadPool& pool);
 
   Config cfg_;
   embed::Embedding embedding_;
@@ -86,6 +94,7 @@ class Transformer {
   // Scratch of forward_batch: (n, n_embd) and (n, n_ff) activations; per-thread buffers.
   std::vector<float> bx_, bxb_, bxb2_, bq_, bk_, bv_, bh_, bh2_;
   std::vector<std::vector<float>> scratch_, batt_;
+  std::vector<float>* probe_ = nullptr;
 };
 
 }  // namespace lmp::model

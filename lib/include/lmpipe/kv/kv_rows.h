@@ -1,0 +1,52 @@
+// One token's keys (or values) in the cache: a row of kv_dim = n_kv_head × head_dim
+// numbers in a storage type, and the two kernels attention runs over rows in place.
+//
+//   f32   4 bytes per number
+//   f16   2 bytes per number (IEEE half)
+//   int8  symmetric per group: d = max|x| / 127, q = round(x / d) in -127..127; a row is
+//         the group scales (f16, kv_dim / group of them) then kv_dim int8
+//   int4  symmetric per group: d = max|x| / 7, q = round(x / d) in -7..7, stored q + 8 in a
+//         nibble; a row is the scales then kv_dim / 2 bytes; in each group byte j holds
+//         element j (low nibble) and element j + group/2 (high nibble), as q4_0 does
+// The group is 32 numbers (q8_0's and q4_0's block) when head_dim is a multiple of 32,
+// else head_dim, so a group never spans two heads. The error of one number is at most d/2.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "lmpipe/core/result.h"
+
+namespace lmp::kv {
+
+enum class KvType : std::uint8_t { f32, f16, int8, int4 };
+const char* kv_type_name(KvType t);
+Result<KvType> parse_kv_type(std::string_view s);  // f32, f16, int8 (or q8_0), int4 (or q4_0)
+
+struct RowFormat {
+  KvType type = KvType::f32;
+  int kv_dim = 0;
+  int group = 0;           // numbers per scale (quantized types)
+  std::size_t scales = 0;  // bytes of f16 scales at the start of a row
+  std::size_t bytes = 0;   // bytes of a row, scales included
+  static RowFormat make(KvType t, int kv_dim, int head_dim);
+  // Bytes per number, scales included (4, 2, 1.0625, 0.5625 for groups of 32).
+  double bytes_per_number() const { return static_cast<double>(bytes) / kv_dim; }
+};
+
+// row (fmt.bytes) = x (kv_dim) in the row's type
+void store_row(const RowFormat& fmt, std::byte* row, const float* x);
+// x (kv_dim) = row, dequantized
+void load_row(const RowFormat& fmt, float* x, const std::byte* row);
+
+// Attention's two inner loops over n rows (consecutive, fmt.bytes apart), on the numbers
+// off .. off+hd-1 of each row (one head: off and hd multiples of the group):
+//   att (n) = scale · q · K_j          (q: hd floats)
+//   out (hd) += Σ_j att_j · V_j
+// Quantized rows are dequantized inside the dot products, group by group.
+void row_scores(const RowFormat& fmt, float* att, const float* q, const std::byte* rows, int n, int off, int hd,
+                float scale);
+void row_accumulate(const RowFormat& fmt, float* out, const float* att, const std::byte* rows, int n, int off, int hd);
+
+}  // namespace lmp::kv

@@ -1,0 +1,210 @@
+// PagedAttention's storage (Kwon et al., SOSP 2023): a pool of fixed-size blocks, each the
+// keys and values of block_size consecutive tokens in every layer; a block table per
+// sequence maps its logical block b (tokens b·bs .. b·bs + bs-1) to a block of the pool.
+// Blocks are taken on demand from a free list, reference-counted (a fork shares all of
+// its source's blocks) and copied before a write when shared (copy-on-write). Under
+// eviction, a block whose tokens have all left goes back to the free list.
+#include "paged_kv_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace lmp::kv {
+
+namespace {
+
+class PagedKvCache final : public KvCache {
+ public:
+  explicit PagedKvCache(const KvConfig& cfg, std::int64_t max_blocks)
+      : KvCache(cfg),
+        bs_(cfg.block_size),
+        plane_(static_cast<std::size_t>(cfg.block_size) * fmt_.bytes),
+        block_bytes_(plane_ * 2 * static_cast<std::size_t>(cfg.n_layer)),
+        max_blocks_(max_blocks),
+        seqs_(static_cast<std::size_t>(cfg.max_seqs)) {
+    for (Seq& s : seqs_) s.len.assign(static_cast<std::size_t>(cfg.n_layer), 0);
+  }
+
+  Status append(int layer, SeqId seq, std::span<const float> k, std::span<const float> v) override {
+    LMP_TRY(check_seq(seq));
+    Seq& s = seqs_[static_cast<std::size_t>(seq)];
+    const int i = s.len[static_cast<std::size_t>(layer)];
+    if (layer > 0 && i >= s.len[static_cast<std::size_t>(layer) - 1])
+      return make_error(Errc::internal, "KV cache: layer {} appended before layer {}", layer, layer - 1);
+    if (cfg_.eviction == Eviction::none && i >= cfg_.n_ctx)
+      return make_error(Errc::out_of_range, "the context is full: {} tokens (raise --ctx, or evict with --kv-evict)", cfg_.n_ctx);
+    const auto b = static_cast<std::size_t>(i / bs_);
+    if (layer == 0) {  // the first layer of a token finds its slot
+      if (b == s.table.size()) {
+        LMP_ASSIGN(std::int32_t id, take_block());
+        s.table.push_back(id);
+      } else if (ref_[static_cast<std::size_t>(s.table[b])] > 1) {  // shared: copy before writing
+        LMP_ASSIGN(std::int32_t id, take_block());
+        std::memcpy(block(id), block(s.table[b]), block_bytes_);
+        drop_block(s.table[b]);
+        s.table[b] = id;
+        ++copies_;
+      }
+    }
+    const std::size_t r = static_cast<std::size_t>(i % bs_) * fmt_.bytes;
+    std::byte* base = block(s.table[b]) + static_cast<std::size_t>(layer) * 2 * plane_;
+    store_row(fmt_, base + r, k.data());
+    store_row(fmt_, base + plane_ + r, v.data());
+    ++s.len[static_cast<std::size_t>(layer)];
+    if (layer + 1 == cfg_.n_layer) free_evicted(s);
+    return {};
+  }
+
+  void blocks(int layer, SeqId seq, std::vector<KvBlock>& out) const override {
+    out.clear();
+    const Seq& s = seqs_[static_cast<std::size_t>(seq)];
+    const int len = s.len[static_cast<std::size_t>(layer)];
+    const LiveRanges lr = live_ranges(len);
+    add_range(out, s, layer, 0, lr.s1, lr.evicted ? cfg_.n_ctx - 1 : -1);
+    add_range(out, s, layer, lr.w0, len, -1);
+  }
+
+  int length(SeqId seq) const override {
+    if (seq < 0 || seq >= cfg_.max_seqs) return 0;
+    return seqs_[static_cast<std::size_t>(seq)].len.back();
+  }
+
+  Status truncate(SeqId seq, int n_keep) override {
+    LMP_TRY(check_seq(seq));
+    Seq& s = seqs_[static_cast<std::size_t>(seq)];
+    n_keep = std::max(n_keep, 0);
+    if (n_keep >= s.len.back()) return {};
+    if (live_ranges(s.len.back()).evicted)
+      return make_error(Errc::unsupported, "sequence {}: cannot truncate to {} tokens, its oldest have been evicted", seq, n_keep);
+    for (int& n : s.len) n = std::min(n, n_keep);
+    const auto keep_blocks = static_cast<std::size_t>((n_keep + bs_ - 1) / bs_);
+    while (s.table.size() > keep_blocks) {
+      drop_block(s.table.back());
+      s.table.pop_back();
+    }
+    return {};
+  }
+
+  Status fork(SeqId src, SeqId dst) override {
+    LMP_TRY(check_seq(src));
+    LMP_TRY(check_seq(dst));
+    if (src == dst) return {};
+    const Seq& a = seqs_[static_cast<std::size_t>(src)];
+    Seq& d = seqs_[static_cast<std::size_t>(dst)];
+    if (!d.table.empty() || d.len.back() != 0) return make_error(Errc::invalid_argument, "fork: sequence {} is not empty", dst);
+    if (a.len.front() != a.len.back()) return make_error(Errc::internal, "fork: sequence {} is in the middle of a token", src);
+    d = a;
+    for (std::int32_t id : d.table)
+      if (id >= 0) ++ref_[static_cast<std::size_t>(id)];
+    return {};
+  }
+
+  void release(SeqId seq) override {
+    if (seq < 0 || seq >= cfg_.max_seqs) return;
+    Seq& s = seqs_[static_cast<std::size_t>(seq)];
+    for (std::int32_t id : s.table)
+      if (id >= 0) drop_block(id);
+    s.table.clear();
+    s.freed_upto = 0;
+    std::fill(s.len.begin(), s.len.end(), 0);
+  }
+
+  KvStats stats() const override {
+    KvStats st;
+    for (SeqId q = 0; q < cfg_.max_seqs; ++q) st.tokens += live(q);
+    st.used = static_cast<std::uint64_t>(st.tokens) * 2 * static_cast<std::uint64_t>(cfg_.n_layer) * fmt_.bytes;
+    st.blocks_free = static_cast<std::int64_t>(free_.size());
+    st.blocks_in_use = static_cast<std::int64_t>(storage_.size()) - st.blocks_free;
+    for (int r : ref_) st.blocks_shared += r > 1;
+    st.allocated = static_cast<std::uint64_t>(st.blocks_in_use) * block_bytes_;
+    st.reserved = static_cast<std::uint64_t>(storage_.size()) * block_bytes_;
+    st.cow_copies = copies_;
+    return st;
+  }
+
+ private:
+  struct Seq {
+    std::vector<std::int32_t> table;  // logical block → pool block, -1 once evicted
+    std::vector<int> len;             // (n_layer) tokens appended
+    int freed_upto = 0;               // logical blocks below this were checked for eviction
+  };
+
+  std::byte* block(std::int32_t id) const { return storage_[static_cast<std::size_t>(id)].get(); }
+
+  Result<std::int32_t> take_block() {
+    std::int32_t id;
+    if (!free_.empty()) {
+      id = free_.back();
+      free_.pop_back();
+    } else {
+      if (static_cast<std::int64_t>(storage_.size()) >= max_blocks_)
+        return make_error(Errc::out_of_range,
+                          "out of KV-cache memory: all {} blocks of {} tokens ({} bytes each) are in use; raise the budget "
+                          "(--kv-memory) or shorten the sequences",
+                          max_blocks_, bs_, block_bytes_);
+      storage_.push_back(std::make_unique_for_overwrite<std::byte[]>(block_bytes_));
+      ref_.push_back(0);
+      id = static_cast<std::int32_t>(storage_.size() - 1);
+    }
+    ref_[static_cast<std::size_t>(id)] = 1;
+    return id;
+  }
+
+  void drop_block(std::int32_t id) {
+    if (--ref_[static_cast<std::size_t>(id)] == 0) free_.push_back(id);
+  }
+
+  // Under eviction, the blocks whose tokens have all left (neither sinks nor in the window
+  // of the last layer) go back to the pool.
+  void free_evicted(Seq& s) {
+    const LiveRanges lr = live_ranges(s.len.back());
+    if (!lr.evicted) return;
+    const int first = (lr.s1 + bs_ - 1) / bs_;  // blocks before it hold sinks
+    const int end = lr.w0 / bs_;                // blocks from it on hold window tokens
+    for (int b = std::max(first, s.freed_upto); b < end; ++b) {
+      std::int32_t& id = s.table[static_cast<std::size_t>(b)];
+      if (id >= 0) drop_block(id);
+      id = -1;
+    }
+    s.freed_upto = std::max(s.freed_upto, end);
+  }
+
+  void add_range(std::vector<KvBlock>& out, const Seq& s, int layer, int lo, int hi, int q_pos) const {
+    for (int b = lo / bs_; lo < hi; ++b) {
+      const int b0 = b * bs_, e = std::min(hi, b0 + bs_);
+      const std::byte* base = block(s.table[static_cast<std::size_t>(b)]) + static_cast<std::size_t>(layer) * 2 * plane_;
+      out.push_back({base, base + plane_, lo - b0, e - b0, q_pos});
+      lo = e;
+    }
+  }
+
+  int bs_;
+  std::size_t plane_;        // bytes of one block's K (or V) rows of one layer: (bs, row)
+  std::size_t block_bytes_;  // (n_layer, 2, bs, row)
+  std::int64_t max_blocks_;
+  std::vector<std::unique_ptr<std::byte[]>> storage_;  // the pool, grown on demand
+  std::vector<int> ref_;                               // per block: the tables that hold it
+  std::vector<std::int32_t> free_;
+  std::vector<Seq> seqs_;
+  std::int64_t copies_ = 0;  // copy-on-write copies made
+};
+
+}  // namespace
+
+Result<std::unique_ptr<KvCache>> make_paged_kv_cache(const KvConfig& cfg) {
+  if (cfg.block_size <= 0) return make_error(Errc::invalid_argument, "KV cache: the block size must be positive, not {}", cfg.block_size);
+  const std::uint64_t block_bytes = bytes_per_token(cfg) * static_cast<std::uint64_t>(cfg.block_size);
+  std::int64_t max_blocks;
+  if (cfg.max_bytes) {
+    max_blocks = static_cast<std::int64_t>(cfg.max_bytes / block_bytes);
+    if (max_blocks == 0)
+      return make_error(Errc::out_of_range, "KV cache: the budget of {} bytes is below one block ({} bytes)", cfg.max_bytes,
+                        block_bytes);
+  } else {
+    max_blocks = static_cast<std::int64_t>(cfg.max_seqs) * ((cfg.n_ctx + cfg.block_size - 1) / cfg.block_size + 3);
+  }
+  if (max_blocks > (1LL << 31) - 1) max_blocks = (1LL << 31) - 1;
+  return std::unique_ptr<KvCache>(new PagedKvCache(cfg, max_blocks));
+}
+
+}  // namespace lmp::kv
