@@ -171,3 +171,65 @@ TEST_CASE("q8_0 and f16 weights stay close to f32 on the same random model", "[m
   std::remove(pf.c_str());
   std::remove(pq.c_str());
 }
+
+TEST_CASE("the model on every cache: paged equals contiguous, quantized caches stay close, eviction runs on", "[model][kv]") {
+  const std::string p = temp_path("kvs.gguf");
+  REQUIRE(write_random_gguf(p, tiny_config(), DType::f32, 11).ok());
+  auto f = tensor_io::TensorFile::open(p);
+  REQUIRE(f.ok());
+  auto m = Transformer::load(**f);
+  REQUIRE(m.ok());
+  const Config& c = (*m)->config();
+  ThreadPool pool(2);
+  std::vector<TokenId> seq;
+  for (int i = 0; i < 40; ++i) seq.push_back((i * 37 + 11) % c.n_vocab);
+  auto run = [&](kv::KvConfig kc, std::size_t prompt) {
+    kc.n_layer = c.n_layer;
+    kc.kv_dim = c.kv_dim();
+    kc.head_dim = c.head_dim();
+    auto cache = new_cache(kc);
+    std::vector<float> logits(static_cast<std::size_t>(c.n_vocab)), all;
+    REQUIRE((*m)->forward_batch(std::span<const TokenId>(seq).first(prompt), 0, *cache, logits.data(), pool).ok());
+    all = logits;
+    for (std::size_t i = prompt; i < seq.size(); ++i) {
+      REQUIRE((*m)->forward(seq[i], static_cast<int>(i), *cache, logits.data(), pool).ok());
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+  };
+  kv::KvConfig kc;
+  kc.n_ctx = 64;
+  const auto want = run(kc, 7);
+  const double range = *std::max_element(want.begin(), want.end()) - *std::min_element(want.begin(), want.end());
+  kc.layout = kv::Layout::paged;
+  for (int bs : {1, 5, 16}) {
+    kc.block_size = bs;
+    CHECK(run(kc, 7) == want);  // the same numbers in the same order: bit for bit
+  }
+  for (auto [t, bound] : {std::pair{kv::KvType::f16, 0.002}, {kv::KvType::int8, 0.02}, {kv::KvType::int4, 0.2}}) {
+    kc.type = t;
+    INFO(kv::kv_type_name(t) << ": max |logit - f32 cache| " << max_abs(want, run(kc, 7)) << " of range " << range);
+    CHECK(max_abs(want, run(kc, 7)) <= bound * range);
+  }
+  // Eviction: a context of 16 runs through 40 tokens; until the 16th the logits are exact,
+  // and a prompt longer than the context goes in one token at a time past it.
+  kc.type = kv::KvType::f32;
+  kc.n_ctx = 16;
+  for (auto e : {kv::Eviction::window, kv::Eviction::sinks}) {
+    kc.eviction = e;
+    for (auto lay : {kv::Layout::contiguous, kv::Layout::paged}) {
+      kc.layout = lay;
+      const auto got = run(kc, 7);
+      REQUIRE(got.size() == want.size());
+      const auto n16 = static_cast<std::ptrdiff_t>(10 * c.n_vocab);  // outputs for tokens 7..16
+      CHECK(std::equal(got.begin(), got.begin() + n16, want.begin()));
+      CHECK_FALSE(std::equal(got.begin(), got.end(), want.begin()));
+      // (the batch's sums run in another order than the steps': close, not bit-equal)
+      const auto long_prompt = run(kc, 30);
+      const std::vector<float> a(long_prompt.end() - static_cast<std::ptrdiff_t>(c.n_vocab), long_prompt.end()),
+          b(got.end() - static_cast<std::ptrdiff_t>(c.n_vocab), got.end());
+      CHECK(max_abs(a, b) <= 1e-4 * range);
+    }
+  }
+  std::remove(p.c_str());
+}

@@ -1,0 +1,349 @@
+// The KV cache: row formats and their kernels, the paged cache against the contiguous one
+// over random operation sequences, copy-on-write, the allocator, eviction and errors.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include <catch2/catch.hpp>
+
+#include "lmpipe/kv/kv_cache.h"
+
+using namespace lmp;
+using namespace lmp::kv;
+
+namespace {
+
+std::vector<float> random_vec(std::mt19937& rng, std::size_t n, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::unique_ptr<KvCache> must(Result<std::unique_ptr<KvCache>> r) {
+  if (!r.ok()) FAIL(r.error().message);
+  return std::move(*r);
+}
+
+// Every live row of (layer, seq), K then V, dequantized, in attention's order, each block
+// tagged with its q_pos.
+std::vector<float> gather(const KvCache& c, int layer, SeqId s) {
+  std::vector<KvBlock> bl;
+  c.blocks(layer, s, bl);
+  const RowFormat& f = c.format();
+  std::vector<float> out, row(static_cast<std::size_t>(f.kv_dim));
+  for (const auto& b : bl) {
+    out.push_back(static_cast<float>(b.q_pos));
+    for (int r = b.begin; r < b.end; ++r) {
+      load_row(f, row.data(), b.k + static_cast<std::size_t>(r) * f.bytes);
+      out.insert(out.end(), row.begin(), row.end());
+      load_row(f, row.data(), b.v + static_cast<std::size_t>(r) * f.bytes);
+      out.insert(out.end(), row.begin(), row.end());
+    }
+  }
+  // Block boundaries differ between layouts: drop the tags of blocks that continue a run.
+  return out;
+}
+
+// The live rows without block tags (the layouts split runs differently).
+std::vector<float> rows_of(const KvCache& c, int layer, SeqId s) {
+  std::vector<KvBlock> bl;
+  c.blocks(layer, s, bl);
+  const RowFormat& f = c.format();
+  std::vector<float> out, row(static_cast<std::size_t>(f.kv_dim));
+  for (const auto& b : bl)
+    for (int r = b.begin; r < b.end; ++r) {
+      load_row(f, row.data(), b.k + static_cast<std::size_t>(r) * f.bytes);
+      out.insert(out.end(), row.begin(), row.end());
+      load_row(f, row.data(), b.v + static_cast<std::size_t>(r) * f.bytes);
+      out.insert(out.end(), row.begin(), row.end());
+      out.push_back(static_cast<float>(b.q_pos));
+    }
+  return out;
+}
+
+// Append one token (all layers) with values that name it: k[i] = token + i/1000, v = -k.
+Status put(KvCache& c, SeqId s, int token) {
+  const int d = c.config().kv_dim;
+  std::vector<float> k(static_cast<std::size_t>(d)), v(k.size());
+  for (int l = 0; l < c.config().n_layer; ++l) {
+    for (int i = 0; i < d; ++i) {
+      k[static_cast<std::size_t>(i)] = static_cast<float>(token) + static_cast<float>(i + l) / 1000.0f;
+      v[static_cast<std::size_t>(i)] = -k[static_cast<std::size_t>(i)];
+    }
+    LMP_TRY(c.append(l, s, k, v));
+  }
+  return {};
+}
+
+// The token numbers of the live rows of (layer 0, seq), read back from their keys.
+std::vector<int> tokens_of(const KvCache& c, SeqId s) {
+  std::vector<int> t;
+  const auto rows = rows_of(c, 0, s);
+  const auto stride = 2 * static_cast<std::size_t>(c.config().kv_dim) + 1;
+  for (std::size_t i = 0; i < rows.size(); i += stride) t.push_back(static_cast<int>(std::lround(std::floor(rows[i]))));
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("row formats: quantization error within d/2, kernels equal the dequantized rows", "[kv]") {
+  std::mt19937 rng(7);
+  for (KvType t : {KvType::f32, KvType::f16, KvType::int8, KvType::int4}) {
+    for (int hd : {8, 16, 48, 64, 128}) {
+      const int n_kv = 2, kv_dim = n_kv * hd;
+      const RowFormat f = RowFormat::make(t, kv_dim, hd);
+      INFO(kv_type_name(t) << " head_dim " << hd << " group " << f.group);
+      const int n = 37;
+      std::vector<std::byte> rows(static_cast<std::size_t>(n) * f.bytes);
+      std::vector<float> deq(static_cast<std::size_t>(n * kv_dim));
+      double worst = 0;
+      for (int j = 0; j < n; ++j) {
+        auto x = random_vec(rng, static_cast<std::size_t>(kv_dim), j % 5 == 0 ? 30.0f : 1.0f);
+        if (j == 3) std::fill(x.begin(), x.end(), 0.0f);  // an all-zero row: scale 0
+        std::byte* r = rows.data() + static_cast<std::size_t>(j) * f.bytes;
+        store_row(f, r, x.data());
+        load_row(f, deq.data() + static_cast<std::size_t>(j * kv_dim), r);
+        for (int g = 0; g < kv_dim; g += (t == KvType::int8 || t == KvType::int4) ? f.group : kv_dim) {
+          const int len = (t == KvType::int8 || t == KvType::int4) ? f.group : kv_dim;
+          float amax = 0;
+          for (int i = g; i < g + len; ++i) amax = std::max(amax, std::fabs(x[static_cast<std::size_t>(i)]));
+          const double m = amax;
+          const double bound = t == KvType::f32 ? 0.0
+                               : t == KvType::f16 ? m / 1024.0
+                               : t == KvType::int8 ? m / 127.0 / 2 * 1.002
+                                                   : m / 7.0 / 2 * 1.002;
+          for (int i = g; i < g + len; ++i) {
+            const double e = std::fabs(static_cast<double>(deq[static_cast<std::size_t>(j * kv_dim + i)] - x[static_cast<std::size_t>(i)]));
+            CHECK(e <= bound + 1e-7);
+            worst = std::max(worst, e);
+          }
+        }
+      }
+      if (t == KvType::f32) CHECK(worst == 0);
+      // The kernels against the dequantized rows, head by head.
+      for (int h = 0; h < n_kv; ++h) {
+        const auto q = random_vec(rng, static_cast<std::size_t>(hd));
+        std::vector<float> att(static_cast<std::size_t>(n)), want(att.size());
+        row_scores(f, att.data(), q.data(), rows.data(), n, h * hd, hd, 0.5f);
+        for (int j = 0; j < n; ++j) {
+          double s = 0;
+          for (int i = 0; i < hd; ++i)
+            s += static_cast<double>(q[static_cast<std::size_t>(i)] * deq[static_cast<std::size_t>(j * kv_dim + h * hd + i)]);
+          want[static_cast<std::size_t>(j)] = static_cast<float>(s * 0.5);
+          CHECK(att[static_cast<std::size_t>(j)] == Approx(want[static_cast<std::size_t>(j)]).margin(1e-3).epsilon(1e-4));
+        }
+        std::vector<float> out(static_cast<std::size_t>(hd), 1.0f), ref(out.size(), 1.0f);
+        row_accumulate(f, out.data(), att.data(), rows.data(), n, h * hd, hd);
+        for (int i = 0; i < hd; ++i) {
+          double s = 1.0;
+          for (int j = 0; j < n; ++j)
+            s += static_cast<double>(att[static_cast<std::size_t>(j)] * deq[static_cast<std::size_t>(j * kv_dim + h * hd + i)]);
+          CHECK(out[static_cast<std::size_t>(i)] == Approx(s).margin(1e-3).epsilon(1e-4));
+        }
+      }
+    }
+  }
+  CHECK(RowFormat::make(KvType::int8, 4096, 128).bytes_per_number() == Approx(34.0 / 32));
+  CHECK(RowFormat::make(KvType::int4, 4096, 128).bytes_per_number() == Approx(18.0 / 32));
+}
+
+TEST_CASE("bytes per token: the formula of the reference numbers", "[kv]") {
+  KvConfig c;
+  c.n_layer = 32;
+  c.kv_dim = 32 * 128;  // Llama-2-7B
+  c.head_dim = 128;
+  c.type = KvType::f16;
+  CHECK(bytes_per_token(c) == 524288);  // 0.5 MiB
+  c.type = KvType::int8;
+  CHECK(bytes_per_token(c) == 272 * 1024);
+  c.type = KvType::int4;
+  CHECK(bytes_per_token(c) == 144 * 1024);
+  c.n_layer = 80;
+  c.kv_dim = 8 * 128;  // Llama-2-70B, GQA
+  c.type = KvType::f16;
+  CHECK(bytes_per_token(c) == 320 * 1024);
+}
+
+TEST_CASE("paged equals contiguous over random append, fork, truncate and release", "[kv][paged]") {
+  for (KvType t : {KvType::f32, KvType::int8, KvType::int4}) {
+    for (int bs : {1, 3, 16}) {
+      INFO(kv_type_name(t) << " block " << bs);
+      KvConfig cfg;
+      cfg.n_layer = 3;
+      cfg.n_ctx = 40;
+      cfg.kv_dim = 64;
+      cfg.head_dim = 32;
+      cfg.type = t;
+      cfg.max_seqs = 5;
+      cfg.block_size = bs;
+      auto contiguous = must(make_kv_cache(cfg));
+      cfg.layout = Layout::paged;
+      auto paged = must(make_kv_cache(cfg));
+      std::mt19937 rng(static_cast<unsigned>(bs * 31 + static_cast<int>(t)));
+      std::uniform_int_distribution<int> pick_seq(0, cfg.max_seqs - 1), pick_op(0, 9);
+      int token = 0;
+      for (int step = 0; step < 1500; ++step) {
+        const SeqId s = pick_seq(rng);
+        const int op = pick_op(rng);
+        if (op < 6) {
+          const bool room = contiguous->length(s) < cfg.n_ctx;
+          auto a = put(*contiguous, s, ++token);
+          auto b = put(*paged, s, token);
+          REQUIRE(a.ok() == room);
+          REQUIRE(b.ok() == room);
+        } else if (op < 8) {
+          const SeqId d = pick_seq(rng);
+          const bool can = d == s || contiguous->length(d) == 0;
+          REQUIRE(contiguous->fork(s, d).ok() == can);
+          REQUIRE(paged->fork(s, d).ok() == can);
+        } else if (op == 8) {
+          const int keep = std::uniform_int_distribution<int>(0, std::max(contiguous->length(s), 1))(rng);
+          REQUIRE(contiguous->truncate(s, keep).ok());
+          REQUIRE(paged->truncate(s, keep).ok());
+        } else {
+          contiguous->release(s);
+          paged->release(s);
+        }
+        for (SeqId q = 0; q < cfg.max_seqs; ++q) {
+          REQUIRE(contiguous->length(q) == paged->length(q));
+          for (int l = 0; l < cfg.n_layer; ++l) REQUIRE(rows_of(*contiguous, l, q) == rows_of(*paged, l, q));
+        }
+        // Blocks in use never exceed what the sequences hold.
+        std::int64_t bound = 0;
+        for (SeqId q = 0; q < cfg.max_seqs; ++q) bound += (paged->length(q) + bs - 1) / bs;
+        REQUIRE(paged->stats().blocks_in_use <= bound);
+      }
+      for (SeqId q = 0; q < cfg.max_seqs; ++q) paged->release(q);
+      const KvStats st = paged->stats();
+      CHECK(st.blocks_in_use == 0);
+      CHECK(st.tokens == 0);
+      CHECK(st.reserved == static_cast<std::uint64_t>(st.blocks_free) * bytes_per_token(cfg) * static_cast<std::uint64_t>(bs));
+    }
+  }
+}
+
+TEST_CASE("copy-on-write: a forked sequence's writes never change its source", "[kv][paged]") {
+  KvConfig cfg;
+  cfg.n_layer = 2;
+  cfg.n_ctx = 64;
+  cfg.kv_dim = 8;
+  cfg.max_seqs = 3;
+  cfg.layout = Layout::paged;
+  cfg.block_size = 4;
+  auto c = must(make_kv_cache(cfg));
+  for (int i = 0; i < 10; ++i) REQUIRE(put(*c, 0, i).ok());  // blocks 0, 1 full; block 2 holds 2
+  const auto before0 = gather(*c, 0, 0), before1 = gather(*c, 1, 0);
+  REQUIRE(c->fork(0, 1).ok());
+  REQUIRE(c->fork(0, 2).ok());
+  CHECK(c->stats().blocks_in_use == 3);  // all shared
+  CHECK(c->stats().blocks_shared == 3);
+  for (int i = 100; i < 109; ++i) REQUIRE(put(*c, 1, i).ok());  // writes into the shared third block first
+  CHECK(c->stats().cow_copies == 1);
+  REQUIRE(c->truncate(2, 5).ok());  // cuts into block 1, shared: nothing copied until written
+  REQUIRE(put(*c, 2, 200).ok());
+  CHECK(c->stats().cow_copies == 2);
+  CHECK(gather(*c, 0, 0) == before0);
+  CHECK(gather(*c, 1, 0) == before1);
+  CHECK(tokens_of(*c, 1) == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 100, 101, 102, 103, 104, 105, 106, 107, 108});
+  CHECK(tokens_of(*c, 2) == std::vector<int>{0, 1, 2, 3, 4, 200});
+  // Sequence 0 still owns its third block alone; the release frees only what nobody holds.
+  c->release(0);
+  CHECK(tokens_of(*c, 2) == std::vector<int>{0, 1, 2, 3, 4, 200});
+  c->release(1);
+  c->release(2);
+  CHECK(c->stats().blocks_in_use == 0);
+  // Sharing: three sequences of a 10-token prompt take 3 blocks, not 9.
+  for (int i = 0; i < 10; ++i) REQUIRE(put(*c, 0, i).ok());
+  REQUIRE(c->fork(0, 1).ok());
+  REQUIRE(c->fork(0, 2).ok());
+  CHECK(c->stats().allocated == 3 * 4 * bytes_per_token(cfg));
+  CHECK(c->stats().used == 30 * bytes_per_token(cfg));
+}
+
+TEST_CASE("eviction: window and sinks keep the right tokens in both layouts and free blocks", "[kv]") {
+  for (Eviction e : {Eviction::window, Eviction::sinks}) {
+    for (Layout lay : {Layout::contiguous, Layout::paged}) {
+      INFO(eviction_name(e) << " " << layout_name(lay));
+      KvConfig cfg;
+      cfg.n_layer = 2;
+      cfg.n_ctx = 12;
+      cfg.kv_dim = 8;
+      cfg.layout = lay;
+      cfg.block_size = 4;
+      cfg.eviction = e;
+      cfg.n_sink = 3;
+      auto c = must(make_kv_cache(cfg));
+      for (int i = 0; i < 50; ++i) {
+        REQUIRE(put(*c, 0, i).ok());
+        const int len = i + 1;
+        std::vector<int> want;
+        if (len <= cfg.n_ctx) {
+          for (int t = 0; t < len; ++t) want.push_back(t);
+        } else {
+          const int s = e == Eviction::sinks ? cfg.n_sink : 0;
+          for (int t = 0; t < s; ++t) want.push_back(t);
+          for (int t = len - (cfg.n_ctx - s); t < len; ++t) want.push_back(t);
+        }
+        REQUIRE(tokens_of(*c, 0) == want);
+        REQUIRE(c->live(0) == std::min(len, cfg.n_ctx));
+        REQUIRE(c->length(0) == len);
+        if (lay == Layout::paged) REQUIRE(c->stats().blocks_in_use <= (cfg.n_ctx + 3) / 4 + 2);
+      }
+      // The sinks, once the window has moved, meet the query at the cache's last position.
+      std::vector<KvBlock> bl;
+      c->blocks(0, 0, bl);
+      if (e == Eviction::sinks) {
+        CHECK(bl.front().q_pos == cfg.n_ctx - 1);
+      } else {
+        for (const auto& b : bl) CHECK(b.q_pos == -1);
+      }
+      CHECK_FALSE(c->truncate(0, 5).ok());
+    }
+  }
+}
+
+TEST_CASE("errors: context full, out of blocks, bad sequences, bad configs", "[kv]") {
+  KvConfig cfg;
+  cfg.n_layer = 1;
+  cfg.n_ctx = 8;
+  cfg.kv_dim = 8;
+  cfg.max_seqs = 2;
+  for (Layout lay : {Layout::contiguous, Layout::paged}) {
+    cfg.layout = lay;
+    auto c = must(make_kv_cache(cfg));
+    for (int i = 0; i < 8; ++i) REQUIRE(put(*c, 0, i).ok());
+    auto full = put(*c, 0, 8);
+    REQUIRE_FALSE(full.ok());
+    CHECK_THAT(full.error().message, Catch::Contains("context is full: 8 tokens"));
+    CHECK_THAT(put(*c, 2, 0).error().message, Catch::Contains("sequence 2 is outside"));
+    CHECK_THAT(c->fork(0, 0).ok() ? std::string("ok") : std::string("fail"), Catch::Equals("ok"));
+    REQUIRE(put(*c, 1, 0).ok());
+    CHECK_THAT(c->fork(0, 1).error().message, Catch::Contains("not empty"));
+  }
+  cfg.layout = Layout::paged;
+  cfg.block_size = 4;
+  cfg.max_bytes = 3 * 4 * bytes_per_token(cfg);  // three blocks
+  auto c = must(make_kv_cache(cfg));
+  for (int i = 0; i < 8; ++i) REQUIRE(put(*c, 0, i).ok());
+  for (int i = 0; i < 4; ++i) REQUIRE(put(*c, 1, i).ok());
+  auto oom = put(*c, 1, 4);
+  REQUIRE_FALSE(oom.ok());
+  CHECK_THAT(oom.error().message, Catch::Contains("out of KV-cache memory: all 3 blocks"));
+  c->release(0);
+  CHECK(put(*c, 1, 4).ok());  // a released block is taken again
+  cfg.max_bytes = 1;
+  CHECK_THAT(make_kv_cache(cfg).error().message, Catch::Contains("below one block"));
+  cfg.max_bytes = 0;
+  cfg.block_size = 0;
+  CHECK_FALSE(make_kv_cache(cfg).ok());
+  cfg.block_size = 16;
+  cfg.eviction = Eviction::sinks;
+  cfg.n_sink = 8;
+  CHECK_THAT(make_kv_cache(cfg).error().message, Catch::Contains("leave no window"));
+  cfg.n_layer = 0;
+  CHECK_FALSE(make_kv_cache(cfg).ok());
+  CHECK_FALSE(parse_kv_type("int3").ok());
+  auto q8 = parse_kv_type("q8_0");
+  CHECK((q8.ok() && *q8 == KvType::int8));
+}
