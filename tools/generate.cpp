@@ -9,6 +9,7 @@
 #include "lmpipe/core/json.h"
 #include "lmpipe/core/npy.h"
 #include "lmpipe/core/thread_pool.h"
+#include "lmpipe/kv/kv_cache.h"
 #include "lmpipe/model/synth.h"
 #include "lmpipe/model/transformer.h"
 #include "lmpipe/sample/sampler.h"
@@ -26,7 +27,8 @@ struct Options {
   std::vector<std::string> stops;
   sample::Config sampling;
   std::optional<std::uint64_t> seed;
-  int n = 128, ctx = 0, threads = 1;
+  int n = 128, ctx = 0, threads = 1, samples = 1;
+  kv::KvConfig kv;  // layout, type, block, eviction, budget from the options
   bool no_cache = false, json = false, greedy = false, force = false, bos = false, emit_given = false;
 };
 
@@ -59,6 +61,65 @@ struct TextStream {
     return out;
   }
 };
+
+// One continuation of sequence `seq`, whose prompt is in the cache and whose first logits
+// are in `logits`: n tokens (or up to a stop string) drawn and written as they are made.
+struct Continuation {
+  std::size_t generated = 0;
+  Clock::time_point first{};
+};
+
+Result<Continuation> continue_sequence(const Options& o, const std::string& emit, model::Transformer& model,
+                                       const tok::Tokenizer* tok, kv::KvCache& cache, kv::SeqId seq_id,
+                                       std::vector<TokenId> seq, std::vector<float>& logits, sample::Chain& chain, Rng& rng,
+                                       ThreadPool& pool, cli::Output& out) {
+  const model::Config& c = model.config();
+  Continuation r;
+  std::optional<TextStream> ts;
+  if (emit == "text") ts.emplace(TextStream{*tok, {}, 0, {}});
+  sample::Candidates cand;
+  std::string all_text;
+  std::unique_ptr<kv::KvCache> scratch;  // --no-cache: the whole sequence again, every step
+  for (int step = 0; step < o.n; ++step) {
+    if (emit == "logits") {
+      std::string a;
+      npy::append_header(a, "<f4", {c.n_vocab});
+      a.append(reinterpret_cast<const char*>(logits.data()), logits.size() * 4);
+      LMP_TRY(out.write(a));
+    }
+    auto st = cand.load(logits.data(), logits.size());
+    if (!st) return make_error(Errc::internal, "step {}: {}", step + 1, st.error().message);
+    TokenId id = chain.sample(cand, rng);
+    if (step == 0) r.first = Clock::now();
+    seq.push_back(id);
+    ++r.generated;
+    bool stop = false;
+    if (emit == "ids") {
+      LMP_TRY(out.write(fmt::format("{}{}", step ? " " : "", id)));
+    } else if (emit == "text") {
+      LMP_ASSIGN(std::string piece, ts->add(id, step + 1 == o.n));
+      all_text += piece;
+      for (const auto& s : o.stops)
+        if (!s.empty() && all_text.find(s) != std::string::npos) stop = true;
+      LMP_TRY(out.write(piece));
+    }
+    LMP_TRY(out.flush_stdout());
+    if (stop || step + 1 == o.n) break;
+    // The next logits: one step with the cache, or (--no-cache) the whole sequence again.
+    const int pos = static_cast<int>(seq.size()) - 1;
+    if (o.no_cache) {
+      kv::KvConfig kc = cache.config();
+      kc.max_seqs = 1;
+      kc.max_bytes = 0;
+      LMP_ASSIGN(scratch, kv::make_kv_cache(kc));
+      LMP_TRY(model.forward_batch(seq, 0, *scratch, logits.data(), pool));
+    } else {
+      LMP_TRY(model.forward(id, pos, cache, logits.data(), pool, seq_id));
+    }
+  }
+  if (emit != "logits") LMP_TRY(out.write("\n"));
+  return r;
+}
 
 Status run(const Options& o, cli::Output& out) {
   auto t_load = Clock::now();
@@ -95,87 +156,79 @@ Status run(const Options& o, cli::Output& out) {
     if (prompt[i] < 0 || prompt[i] >= c.n_vocab)
       return make_error(Errc::out_of_range, "prompt token {} (id {}) is outside the model's vocabulary (0..{})", i + 1,
                         prompt[i], c.n_vocab - 1);
-  const int n_ctx = o.ctx ? o.ctx : std::min(c.n_ctx_train, static_cast<int>(prompt.size()) + o.n);
-  if (static_cast<int>(prompt.size()) + o.n > n_ctx)
-    return make_error(Errc::out_of_range, "{} prompt tokens + {} to generate exceed the context of {} (--ctx)",
-                      prompt.size(), o.n, n_ctx);
-  LMP_ASSIGN(auto chain, sample::Chain::make(o.sampling));
-  for (TokenId id : prompt) chain.accept(id);
+  kv::KvConfig kc = o.kv;
+  kc.n_layer = c.n_layer;
+  kc.kv_dim = c.kv_dim();
+  kc.head_dim = c.head_dim();
+  kc.max_seqs = o.samples;
+  kc.n_ctx = o.ctx ? o.ctx : std::min(c.n_ctx_train, static_cast<int>(prompt.size()) + o.n);
+  if (kc.eviction == kv::Eviction::none && static_cast<int>(prompt.size()) + o.n > kc.n_ctx)
+    return make_error(Errc::out_of_range, "{} prompt tokens + {} to generate exceed the context of {} (--ctx, or --kv-evict)",
+                      prompt.size(), o.n, kc.n_ctx);
+  if (kc.eviction == kv::Eviction::sinks && kc.n_sink >= kc.n_ctx)
+    return make_error(Errc::invalid_argument, "--kv-sinks {} leaves no window in a context of {} (--ctx)", kc.n_sink, kc.n_ctx);
+  if (o.no_cache && o.samples > 1) return make_error(Errc::invalid_argument, "--no-cache and --num-samples > 1 do not mix");
+  LMP_TRY(sample::Chain::make(o.sampling));  // the sampling options, checked before the model runs
   Rng rng(*o.seed);
   ThreadPool pool(o.threads);
-  kv::KvConfig kc{c.n_layer, n_ctx, c.kv_dim()};
   LMP_ASSIGN(auto cache, kv::make_kv_cache(kc));
   std::vector<float> logits(static_cast<std::size_t>(c.n_vocab));
-  std::vector<TokenId> seq = prompt;
   const double load_s = secs(t_load, Clock::now());
 
   // Prompt: every token through the model; the logits of the last one start generation.
+  // The other samples share its keys and values (forked: the paged cache shares blocks).
   auto t0 = Clock::now();
   LMP_TRY(model->forward_batch(prompt, 0, *cache, logits.data(), pool));
   auto t1 = Clock::now();
-  std::optional<TextStream> ts;
-  if (emit == "text") ts.emplace(TextStream{*tok, {}, 0, {}});
-  sample::Candidates cand;
+  for (kv::SeqId k = 1; k < o.samples; ++k) LMP_TRY(cache->fork(0, k));
+  const std::vector<float> prompt_logits = logits;
   std::size_t generated = 0;
-  std::string all_text;
   Clock::time_point t_first{};
-  for (int step = 0; step < o.n; ++step) {
-    if (emit == "logits") {
-      std::string a;
-      npy::append_header(a, "<f4", {c.n_vocab});
-      a.append(reinterpret_cast<const char*>(logits.data()), logits.size() * 4);
-      LMP_TRY(out.write(a));
-    }
-    auto st = cand.load(logits.data(), logits.size());
-    if (!st) return make_error(Errc::internal, "step {}: {}", step + 1, st.error().message);
-    TokenId id = chain.sample(cand, rng);
-    if (step == 0) t_first = Clock::now();
-    seq.push_back(id);
-    ++generated;
-    bool stop = false;
-    if (emit == "ids") {
-      LMP_TRY(out.write(fmt::format("{}{}", step ? " " : "", id)));
-    } else if (emit == "text") {
-      LMP_ASSIGN(std::string piece, ts->add(id, step + 1 == o.n));
-      all_text += piece;
-      for (const auto& s : o.stops)
-        if (!s.empty() && all_text.find(s) != std::string::npos) stop = true;
-      LMP_TRY(out.write(piece));
-    }
-    LMP_TRY(out.flush_stdout());
-    if (stop || step + 1 == o.n) break;
-    // The next logits: one step with the cache, or (--no-cache) the whole sequence again.
-    const int pos = static_cast<int>(seq.size()) - 1;
-    if (o.no_cache) {
-      LMP_ASSIGN(cache, kv::make_kv_cache(kc));
-      LMP_TRY(model->forward_batch(seq, 0, *cache, logits.data(), pool));
-    } else {
-      LMP_TRY(model->forward(id, pos, *cache, logits.data(), pool));
-    }
+  for (kv::SeqId k = 0; k < o.samples; ++k) {
+    LMP_ASSIGN(auto chain, sample::Chain::make(o.sampling));  // its penalties see this sample's history
+    for (TokenId id : prompt) chain.accept(id);
+    if (k > 0) logits = prompt_logits;
+    LMP_ASSIGN(auto r, continue_sequence(o, emit, *model, tok.get(), *cache, k, prompt, logits, chain, rng, pool, out));
+    if (k == 0) t_first = r.first;
+    generated += r.generated;
   }
-  if (emit != "logits") LMP_TRY(out.write("\n"));
   auto t2 = Clock::now();
   const double pp = secs(t0, t1), gen = secs(t1, t2);
-  const std::size_t kv_bytes = cache->stats().used;
+  const kv::KvStats ks = cache->stats();
+  // K separate caches of the same layout would each hold their own copy of the prompt.
+  std::uint64_t separate = 0;
+  for (kv::SeqId k = 0; k < o.samples; ++k) separate += cache->bytes_held(k);
+  const double saved = separate ? 1.0 - static_cast<double>(ks.allocated) / static_cast<double>(separate) : 0.0;
+  const std::string kv_desc = fmt::format("{} {}{}", kv::layout_name(kc.layout), kv::kv_type_name(kc.type),
+                                          kc.layout == kv::Layout::paged ? fmt::format(", block {}", kc.block_size) : "");
   if (o.json) {
     cli::note(fmt::format(
         "{{\"model\":{},\"load_s\":{:.4f},\"prompt_tokens\":{},\"prompt_s\":{:.4f},\"prompt_tok_s\":{:.2f},"
         "\"generated_tokens\":{},\"generate_s\":{:.4f},\"generate_tok_s\":{:.2f},\"time_to_first_token_s\":{:.4f},"
-        "\"kv_cache_bytes\":{},\"kv_cache_reserved_bytes\":{},\"peak_rss_bytes\":{},\"threads\":{},\"cache\":{},"
+        "\"kv_cache_bytes\":{},\"kv_cache_allocated_bytes\":{},\"kv_cache_reserved_bytes\":{},\"kv_layout\":\"{}\","
+        "\"kv_type\":\"{}\",\"kv_block\":{},\"kv_evict\":\"{}\",\"num_samples\":{},\"kv_separate_bytes\":{},"
+        "\"kv_saved_fraction\":{:.4f},\"peak_rss_bytes\":{},\"threads\":{},\"cache\":{},"
         "\"weight_bytes_per_token\":{},\"kernels\":\"{}\"}}",
         [&] { std::string s; json::append_string(s, model->describe()); return s; }(), load_s, prompt.size(), pp,
         static_cast<double>(prompt.size()) / pp, generated, gen, gen > 0 ? static_cast<double>(generated) / gen : 0.0,
-        secs(t1, t_first), kv_bytes, cache->stats().reserved, cli::peak_rss_bytes(), o.threads, !o.no_cache,
-        model->weight_bytes_per_token(), model::kernel_name()));
+        secs(t1, t_first), ks.used, ks.allocated, ks.reserved, kv::layout_name(kc.layout), kv::kv_type_name(kc.type),
+        kc.block_size, kv::eviction_name(kc.eviction), o.samples, separate, saved, cli::peak_rss_bytes(), o.threads,
+        !o.no_cache, model->weight_bytes_per_token(), model::kernel_name()));
   } else {
     cli::note(fmt::format("{}", model->describe()));
     cli::note(fmt::format("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s); "
                           "first token after {:.3f} s",
                           prompt.size(), pp, static_cast<double>(prompt.size()) / pp, generated, gen,
                           gen > 0 ? static_cast<double>(generated) / gen : 0.0, secs(t0, t_first)));
-    cli::note(fmt::format("KV cache {} in use ({} reserved){}; peak memory {}", cli::human_bytes(static_cast<double>(kv_bytes)),
-                          cli::human_bytes(static_cast<double>(cache->stats().reserved)), o.no_cache ? ", --no-cache: recomputed every step" : "",
+    cli::note(fmt::format("KV cache ({}): {} in use, {} allocated, {} reserved{}; peak memory {}", kv_desc,
+                          cli::human_bytes(static_cast<double>(ks.used)), cli::human_bytes(static_cast<double>(ks.allocated)),
+                          cli::human_bytes(static_cast<double>(ks.reserved)),
+                          o.no_cache ? "; --no-cache: recomputed every step" : "",
                           cli::human_bytes(static_cast<double>(cli::peak_rss_bytes()))));
+    if (o.samples > 1)
+      cli::note(fmt::format("{} samples share the prompt's {} tokens: {} allocated against {} for {} separate caches ({:.1f}% saved)",
+                            o.samples, prompt.size(), cli::human_bytes(static_cast<double>(ks.allocated)),
+                            cli::human_bytes(static_cast<double>(separate)), o.samples, 100.0 * saved));
   }
   return {};
 }
@@ -185,7 +238,9 @@ const char* kExamples =
     "  echo 1 | generate -m stories260K.bin --ids - -n 50 --emit ids --temperature 0\n"
     "  tok-encode -t tok.json prompt.txt | generate -m model.gguf --ids - --emit ids | tok-encode -t tok.json --decode\n"
     "  generate -m model.gguf --ids prompt.ids -n 20 --emit logits | sample --show\n"
-    "  generate -m model.gguf --ids prompt.ids -n 64 --no-cache     # the baseline: recompute every step";
+    "  generate -m model.gguf --ids prompt.ids -n 64 --no-cache     # the baseline: recompute every step\n"
+    "  generate -m model.gguf -p 'Once' -n 64 --kv paged --num-samples 4   # 4 continuations share the prompt\n"
+    "  generate -m model.gguf --ids p.ids -n 100000 --ctx 2048 --kv-evict sinks --kv-type int8";
 
 }  // namespace
 
@@ -203,6 +258,18 @@ int main(int argc, char** argv) {
   app.add_option("--emit", o.emit, "text (default with -t), ids, or logits (.npy rows, f32)")
       ->check(CLI::IsMember({"text", "ids", "logits"}));
   app.add_flag("--no-cache", o.no_cache, "recompute the whole sequence at every step (same logits, slower)");
+  std::string kv_layout = "contiguous", kv_type = "f32", kv_evict = "none", kv_memory;
+  app.add_option("--kv", kv_layout, "KV-cache layout: contiguous (default) or paged")
+      ->check(CLI::IsMember({"contiguous", "paged"}));
+  app.add_option("--kv-type", kv_type, "KV-cache storage: f32 (default), f16, int8, int4")
+      ->check(CLI::IsMember({"f32", "f16", "int8", "int4", "q8_0", "q4_0"}));
+  app.add_option("--kv-block", o.kv.block_size, "tokens per block of the paged cache (default 16)")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--kv-evict", kv_evict, "at the context limit: none (an error, default), window, sinks (StreamingLLM)")
+      ->check(CLI::IsMember({"none", "window", "sinks"}));
+  app.add_option("--kv-sinks", o.kv.n_sink, "attention sinks kept by --kv-evict sinks (default 4)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--kv-memory", kv_memory, "budget of the KV cache (e.g. 512MiB): an error when it runs out");
+  app.add_option("--num-samples", o.samples, "continuations of the prompt, sharing its keys and values (default 1)")
+      ->check(CLI::Range(1, 4096));
   app.add_option("--stop", o.stops, "stop when the text contains STR (repeatable)")->allow_extra_args(false);
   app.add_option("--temperature", o.sampling.temperature, "0 = greedy (default 1)")->check(CLI::Range(0.0f, 1e6f));
   app.add_flag("--greedy", o.greedy, "the most likely token every step (--temperature 0)");
@@ -251,7 +318,12 @@ int main(int argc, char** argv) {
       "Prompt ids from --ids are taken as given (no BOS added); -p TEXT is encoded with -t. Output:\n"
       "--emit text (needs -t), ids (one line), or logits (the f32 row each token was drawn from, one\n"
       ".npy array per token: pipe it to sample). At the end, on stderr: prompt and generation\n"
-      "tok/s, time to first token, KV-cache bytes, peak memory (--json: as JSON). See docs/generate.md.",
+      "tok/s, time to first token, KV-cache bytes, peak memory (--json: as JSON). See docs/generate.md.\n\n"
+      "The KV cache (docs/kv-bench.md): --kv paged stores it in blocks of --kv-block tokens taken on\n"
+      "demand; --num-samples K draws K continuations of one prompt, one per output line, which share\n"
+      "the prompt's blocks (copy-on-write), and reports the memory saved against K separate caches.\n"
+      "--kv-type int8/int4 quantizes keys and values per token in groups of 32. --kv-evict window\n"
+      "keeps the last --ctx tokens; sinks keeps the first --kv-sinks and the last ones (StreamingLLM).",
       kExamples};
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
@@ -288,6 +360,12 @@ int main(int argc, char** argv) {
     if (o.model.empty()) throw cli::UsageError("--model is required");
     if (o.ids.empty() == o.prompt.empty()) throw cli::UsageError("give the prompt as -p TEXT or --ids FILE");
     o.emit_given = app.count("--emit") > 0;
+    o.kv.layout = kv::parse_layout(kv_layout).value();
+    o.kv.type = kv::parse_kv_type(kv_type).value();
+    o.kv.eviction = kv::parse_eviction(kv_evict).value();
+    if (!kv_memory.empty()) o.kv.max_bytes = cli::parse_bytes(kv_memory, "--kv-memory");
+    if (app.count("--kv-block") && o.kv.layout != kv::Layout::paged) throw cli::UsageError("--kv-block needs --kv paged");
+    if (app.count("--kv-sinks") && o.kv.eviction != kv::Eviction::sinks) throw cli::UsageError("--kv-sinks needs --kv-evict sinks");
     if (o.greedy) o.sampling.temperature = 0.0f;
     if (!o.seed) o.seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
     LMP_ASSIGN(auto out, cli::Output::open(o.output, o.emit == "logits", o.force));

@@ -232,4 +232,25 @@ std::string with_commas(std::uint64_t n) {
   return s;
 }
 
+std::uint64_t parse_bytes(std::string_view s, std::string_view option) {
+  std::string t(s);
+  std::size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(t, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = t.substr(used);
+  unit.erase(0, unit.find_first_not_of(' '));
+  static const std::pair<const char*, double> units[] = {
+      {"", 1},          {"B", 1},           {"KiB", 1024.0},    {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+      {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"K", 1024.0}, {"M", 1048576.0},
+      {"G", 1073741824.0}};
+  if (used > 0 && v >= 0)
+    for (const auto& [name, mult] : units)
+      if (unit == name) return static_cast<std::uint64_t>(v * mult);
+  throw UsageError(fmt::format("{}: '{}' is not a size (examples: 4096, 512MiB, 24GiB, 1.5GB)", option, s));
+}
+
 }  // namespace lmp::cli

@@ -91,5 +91,8 @@ std::uint64_t peak_rss_bytes();
 // "12.3 MB", "512 KiB"-style figures.
 std::string human_bytes(double bytes);
 std::string with_commas(std::uint64_t n);
+// "24GiB", "512 MiB", "1.5GB", "4096" (bytes): binary (KiB, MiB, GiB, TiB) and decimal
+// (KB, MB, GB, TB) units; a usage error for anything else.
+std::uint64_t parse_bytes(std::string_view s, std::string_view option);
 
 }  // namespace lmp::cli

@@ -150,6 +150,8 @@ class ContiguousKvCache final : public KvCache {
     return s;
   }
 
+  std::uint64_t bytes_held(SeqId) const override { return plane_ * 2 * static_cast<std::uint64_t>(cfg_.n_layer); }
+
  private:
   std::size_t row(int i) const {
     if (cfg_.eviction == Eviction::none) return static_cast<std::size_t>(i);

@@ -111,8 +111,25 @@ class PagedKvCache final : public KvCache {
 
   KvStats stats() const override {
     KvStats st;
-    for (SeqId q = 0; q < cfg_.max_seqs; ++q) st.tokens += live(q);
-    st.used = static_cast<std::uint64_t>(st.tokens) * 2 * static_cast<std::uint64_t>(cfg_.n_layer) * fmt_.bytes;
+    // Used rows per pool block: the most any of its sequences has live in it (a shared
+    // block counts once).
+    std::vector<int> rows(storage_.size(), 0);
+    for (SeqId q = 0; q < cfg_.max_seqs; ++q) {
+      st.tokens += live(q);
+      const Seq& s = seqs_[static_cast<std::size_t>(q)];
+      const int len = s.len.back();
+      const LiveRanges lr = live_ranges(len);
+      for (std::size_t b = 0; b < s.table.size(); ++b) {
+        if (s.table[b] < 0) continue;
+        const int b0 = static_cast<int>(b) * bs_, b1 = b0 + bs_;
+        const int n = std::max(0, std::min(b1, lr.s1) - b0) + std::max(0, std::min(b1, len) - std::max(b0, lr.w0));
+        int& r = rows[static_cast<std::size_t>(s.table[b])];
+        r = std::max(r, n);
+      }
+    }
+    std::uint64_t used_rows = 0;
+    for (int r : rows) used_rows += static_cast<std::uint64_t>(r);
+    st.used = used_rows * 2 * static_cast<std::uint64_t>(cfg_.n_layer) * fmt_.bytes;
     st.blocks_free = static_cast<std::int64_t>(free_.size());
     st.blocks_in_use = static_cast<std::int64_t>(storage_.size()) - st.blocks_free;
     for (int r : ref_) st.blocks_shared += r > 1;
@@ -120,6 +137,12 @@ class PagedKvCache final : public KvCache {
     st.reserved = static_cast<std::uint64_t>(storage_.size()) * block_bytes_;
     st.cow_copies = copies_;
     return st;
+  }
+
+  std::uint64_t bytes_held(SeqId seq) const override {
+    if (seq < 0 || seq >= cfg_.max_seqs) return 0;
+    const auto& t = seqs_[static_cast<std::size_t>(seq)].table;
+    return static_cast<std::uint64_t>(std::count_if(t.begin(), t.end(), [](std::int32_t id) { return id >= 0; })) * block_bytes_;
   }
 
  private:

@@ -67,9 +67,10 @@ struct KvBlock {
   int size() const { return end - begin; }
 };
 
-// Memory accounting, in bytes. used: live token rows; allocated: blocks (or reserved
-// rows) that hold or may hold this cache's tokens; reserved: all storage taken from the
-// system (free blocks included).
+// Memory accounting, in bytes. used: live token rows (a row in a shared block counts
+// once); allocated: blocks (or reserved rows) that hold or may hold this cache's tokens,
+// so allocated - used is the waste; reserved: all storage taken from the system (free
+// blocks included).
 struct KvStats {
   std::uint64_t used = 0, allocated = 0, reserved = 0;
   std::int64_t blocks_in_use = 0, blocks_free = 0, blocks_shared = 0;  // paged only
@@ -102,6 +103,8 @@ class KvCache {
   // Drop every token of `seq`, its blocks back to the free list.
   virtual void release(SeqId seq) = 0;
   virtual KvStats stats() const = 0;
+  // Bytes of the storage `seq` refers to, shared blocks included: what it would take alone.
+  virtual std::uint64_t bytes_held(SeqId seq) const = 0;
 
  protected:
   explicit KvCache(const KvConfig& cfg);
