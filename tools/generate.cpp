@@ -289,7 +289,7 @@ int main(int argc, char** argv) {
   shape.arch = "llama";
   std::uint64_t synth_seed = 1;
   CLI::App* synth = app.add_subcommand("synth", "write a LLaMA-shaped GGUF with random weights (for tests and benchmarks)");
-  synth->add_option("--preset", synth_preset, "stories15M, stories110M or tinyllama-1.1b")
+  synth->add_option("--preset", synth_preset, "stories15M, stories110M, tinyllama-1.1b, llama2-7b, llama2-13b, llama2-70b")
       ->check(CLI::IsMember(model::preset_names()));
   synth->add_option("--n-embd", shape.n_embd, "model width");
   synth->add_option("--n-layer", shape.n_layer, "layers");

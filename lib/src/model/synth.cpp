@@ -20,13 +20,29 @@ std::optional<Config> preset(std::string_view name) {
     c.n_embd = 768, c.n_layer = 12, c.n_head = 12, c.n_kv_head = 12, c.n_ff = 2048, c.n_ctx_train = 1024, c.tied = true;
   } else if (name == "tinyllama-1.1b") {
     c.n_embd = 2048, c.n_layer = 22, c.n_head = 32, c.n_kv_head = 4, c.n_ff = 5632, c.n_ctx_train = 2048, c.tied = false;
+  } else if (name == "llama2-7b") {
+    c.n_embd = 4096, c.n_layer = 32, c.n_head = 32, c.n_kv_head = 32, c.n_ff = 11008, c.n_ctx_train = 4096, c.tied = false;
+  } else if (name == "llama2-13b") {
+    c.n_embd = 5120, c.n_layer = 40, c.n_head = 40, c.n_kv_head = 40, c.n_ff = 13824, c.n_ctx_train = 4096, c.tied = false;
+  } else if (name == "llama2-70b") {
+    c.n_embd = 8192, c.n_layer = 80, c.n_head = 64, c.n_kv_head = 8, c.n_ff = 28672, c.n_ctx_train = 4096, c.tied = false;
   } else {
     return std::nullopt;
   }
   return c;
 }
 
-std::vector<std::string> preset_names() { return {"stories15M", "stories110M", "tinyllama-1.1b"}; }
+std::vector<std::string> preset_names() {
+  return {"stories15M", "stories110M", "tinyllama-1.1b", "llama2-7b", "llama2-13b", "llama2-70b"};
+}
+
+std::uint64_t param_count(const Config& c) {
+  const auto E = static_cast<std::uint64_t>(c.n_embd), F = static_cast<std::uint64_t>(c.n_ff),
+             KV = static_cast<std::uint64_t>(c.kv_dim()), V = static_cast<std::uint64_t>(c.n_vocab);
+  std::uint64_t layer = 2 * E * E + 2 * E * KV + 3 * E * F + 2 * E;  // wq wo, wk wv, gate up down, two norms
+  if (c.arch == "qwen2") layer += E + 2 * KV;                        // q/k/v biases
+  return V * E + static_cast<std::uint64_t>(c.n_layer) * layer + E + (c.tied ? 0 : V * E);
+}
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Model files for tests and benchmarks: LLaMA-shaped GGUF files with random weights for
-// given hyperparameters and dtype (presets: the shapes of stories15M, stories110M and
-// TinyLlama-1.1B), and conversion of a model file to GGUF in another dtype.
+// given hyperparameters and dtype (presets: the shapes of stories15M to Llama-2-70B), and
+// conversion of a model file to GGUF in another dtype.
 #pragma once
 
 #include <optional>
@@ -14,9 +14,12 @@
 
 namespace lmp::model {
 
-// stories15M, stories110M, tinyllama-1.1b (n_vocab 32000 each); nullopt for other names.
+// The shapes of stories15M, stories110M, tinyllama-1.1b, llama2-7b, llama2-13b and
+// llama2-70b (n_vocab 32000 each); nullopt for other names.
 std::optional<Config> preset(std::string_view name);
 std::vector<std::string> preset_names();
+// Parameters of a model of shape `c` (embedding, layers, final norm, output unless tied).
+std::uint64_t param_count(const Config& c);
 
 // A GGUF with random weights (uniform, standard deviation 0.02; norms 1) of shape `c` in
 // `dtype` (norms stay f32), a SentencePiece-style placeholder vocabulary of c.n_vocab tokens

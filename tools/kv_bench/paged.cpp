@@ -1,0 +1,251 @@
+// kv-bench paged: many sequences of random prompt and output lengths under a memory
+// budget, served by continuous batching (admit while memory lasts, one token per running
+// sequence per step, preempt the newest when a step runs out of blocks, as vLLM does).
+// Contiguous storage reserves the whole context for each sequence; paged storage takes a
+// block when a sequence needs one. The waste is allocated minus used.
+//
+// The allocator is the real cache (lib/kv) on a one-layer stand-in shape; bytes are those
+// of the model's shape (the waste and the counts do not depend on the bytes per token).
+#include <chrono>
+#include <deque>
+#include <random>
+
+#include "kv_bench/bench.h"
+
+namespace lmp::kvbench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Request {
+  int prompt = 0, total = 0;
+};
+
+struct SimResult {
+  double waste = 0;          // time-averaged (allocated - used) / allocated
+  double mean_running = 0;   // sequences in the batch, averaged over steps
+  std::int64_t steps = 0, preemptions = 0;
+  double tokens_per_step = 0;
+  std::int64_t max_running = 0;
+};
+
+// Serve all requests; `slots` > 0: contiguous with that many reservations, else paged
+// with `blocks` blocks of `bs` tokens.
+Result<SimResult> serve(const std::vector<Request>& reqs, int ctx, int bs, std::int64_t slots, std::int64_t blocks) {
+  kv::KvConfig kc;
+  kc.n_layer = 1;
+  kc.kv_dim = 8;
+  kc.head_dim = 8;
+  kc.n_ctx = ctx;
+  if (slots > 0) {
+    kc.layout = kv::Layout::contiguous;
+    kc.max_seqs = static_cast<int>(slots);
+  } else {
+    kc.layout = kv::Layout::paged;
+    kc.block_size = bs;
+    kc.max_seqs = static_cast<int>(reqs.size());
+    kc.max_bytes = static_cast<std::uint64_t>(blocks) * static_cast<std::uint64_t>(bs) * kv::bytes_per_token(kc);
+  }
+  LMP_ASSIGN(auto cache, kv::make_kv_cache(kc));
+  const std::vector<float> row(8, 0.25f);
+  std::deque<std::size_t> waiting;
+  for (std::size_t i = 0; i < reqs.size(); ++i) waiting.push_back(i);
+  struct Running {
+    std::size_t req;
+    kv::SeqId slot;
+  };
+  std::vector<Running> running;
+  std::vector<kv::SeqId> free_slots;
+  for (int s = kc.max_seqs - 1; s >= 0; --s) free_slots.push_back(s);
+  SimResult r;
+  double alloc_sum = 0, waste_sum = 0, run_sum = 0, tokens = 0;
+  auto put = [&](kv::SeqId s) { return cache->append(0, s, row, row); };
+  while (!waiting.empty() || !running.empty()) {
+    // Admit: the prompt goes in whole, or the request waits.
+    while (!waiting.empty() && !free_slots.empty()) {
+      const Request& q = reqs[waiting.front()];
+      const kv::SeqId s = free_slots.back();
+      bool ok = true;
+      for (int i = 0; i < q.prompt && ok; ++i) ok = put(s).ok();
+      if (!ok) {
+        cache->release(s);
+        if (running.empty())
+          return make_error(Errc::out_of_range, "a request of {} prompt tokens does not fit in the budget alone", q.prompt);
+        break;
+      }
+      free_slots.pop_back();
+      running.push_back({waiting.front(), s});
+      waiting.pop_front();
+      tokens += q.prompt;
+    }
+    // One token for each running sequence; out of blocks: preempt the newest (its tokens
+    // are recomputed when it is admitted again).
+    for (std::size_t i = 0; i < running.size();) {
+      if (put(running[i].slot).ok()) {
+        ++i;
+        tokens += 1;
+        continue;
+      }
+      const Running victim = running.back();
+      running.pop_back();
+      cache->release(victim.slot);
+      free_slots.push_back(victim.slot);
+      waiting.push_front(victim.req);
+      ++r.preemptions;
+      if (running.empty()) return make_error(Errc::out_of_range, "one sequence alone does not fit in the budget");
+    }
+    const kv::KvStats st = cache->stats();
+    alloc_sum += static_cast<double>(st.allocated);
+    waste_sum += static_cast<double>(st.allocated - st.used);
+    run_sum += static_cast<double>(running.size());
+    r.max_running = std::max<std::int64_t>(r.max_running, static_cast<std::int64_t>(running.size()));
+    ++r.steps;
+    // Finished sequences leave.
+    for (std::size_t i = 0; i < running.size();) {
+      if (cache->length(running[i].slot) >= reqs[running[i].req].total) {
+        cache->release(running[i].slot);
+        free_slots.push_back(running[i].slot);
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+  r.waste = alloc_sum > 0 ? waste_sum / alloc_sum : 0;
+  r.mean_running = run_sum / static_cast<double>(r.steps);
+  r.tokens_per_step = tokens / static_cast<double>(r.steps);
+  return r;
+}
+
+// Decode tokens/s with `kc`'s storage after a prompt of `ctx` tokens (median of 3).
+Result<double> decode_speed(model::Transformer& m, ThreadPool& pool, kv::KvConfig kc, int ctx, int n) {
+  const model::Config& c = m.config();
+  std::vector<TokenId> prompt;
+  for (int i = 0; i < ctx; ++i) prompt.push_back(static_cast<TokenId>(1 + (i * 7919) % (c.n_vocab - 1)));
+  kc.n_ctx = ctx + n;
+  std::vector<double> runs;
+  std::vector<float> logits(static_cast<std::size_t>(c.n_vocab));
+  LMP_ASSIGN(auto cache, kv::make_kv_cache(kc));
+  LMP_TRY(m.forward_batch(prompt, 0, *cache, logits.data(), pool));
+  for (int rep = 0; rep < 3; ++rep) {
+    LMP_TRY(cache->truncate(0, ctx));
+    auto t0 = Clock::now();
+    for (int i = 0; i < n; ++i) LMP_TRY(m.forward(static_cast<TokenId>(1 + i % 100), ctx + i, *cache, logits.data(), pool));
+    runs.push_back(n / std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return median(runs);
+}
+
+}  // namespace
+
+Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
+  LMP_ASSIGN(model::Config c, resolve_shape(com.spec));
+  LMP_ASSIGN(kv::KvType type, kv::parse_kv_type(o.kv_type));
+  if (o.prompt_min < 1 || o.prompt_min > o.prompt_max || o.output_min < 1 || o.output_min > o.output_max)
+    return make_error(Errc::invalid_argument, "--prompt-len and --output-len take MIN:MAX with 1 <= MIN <= MAX");
+  if (o.prompt_max + 1 > o.ctx) return make_error(Errc::invalid_argument, "--ctx {} is shorter than the longest prompt", o.ctx);
+  const std::uint64_t bpt = kv::bytes_per_token(cache_config(c, 1, type));
+  const std::uint64_t budget = o.memory.empty() ? 64 * static_cast<std::uint64_t>(o.ctx) * bpt : cli::parse_bytes(o.memory, "--memory");
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int> pl(o.prompt_min, o.prompt_max), ol(o.output_min, o.output_max);
+  std::vector<Request> reqs(static_cast<std::size_t>(o.requests));
+  double mean_len = 0;
+  for (auto& q : reqs) {
+    q.prompt = pl(rng);
+    q.total = std::min(q.prompt + ol(rng), o.ctx);
+    mean_len += q.total;
+  }
+  mean_len /= static_cast<double>(reqs.size());
+
+  cli::Report rep;
+  rep.mode = "paged";
+  rep.field("model", shape_name(com.spec, c));
+  rep.field("kv_type", kv::kv_type_name(type));
+  rep.field("bytes_per_token", static_cast<double>(bpt));
+  rep.field("budget_bytes", static_cast<double>(budget));
+  rep.field("requests", o.requests);
+  rep.field("ctx", o.ctx);
+  rep.field("mean_length", mean_len);
+  rep.head.push_back(fmt::format("model: {}; {} cache, {} bytes per token", shape_name(com.spec, c), kv::kv_type_name(type), bpt));
+  rep.head.push_back(fmt::format("workload: {} requests, prompts {}..{} tokens, outputs {}..{} (seed {}; mean length {:.0f}), "
+                                 "context {}; budget {}",
+                                 o.requests, o.prompt_min, o.prompt_max, o.output_min, o.output_max, o.seed, mean_len, o.ctx,
+                                 fmt_bytes(static_cast<double>(budget))));
+  cli::Table t("paged", {{"layout", "layout", false},
+                         {"block", "block"},
+                         {"waste_pct", "waste %"},
+                         {"fit_at_full_length", "fit (full length)"},
+                         {"mean_running", "mean batch"},
+                         {"max_running", "max batch"},
+                         {"steps", "steps"},
+                         {"tokens_per_step", "tokens/step"},
+                         {"preemptions", "preempted"},
+                         {"block_table_bytes", "table bytes/seq"},
+                         {"decode_vs_contiguous", "decode vs contiguous"}});
+
+  std::unique_ptr<Runnable> rm;
+  std::optional<ThreadPool> pool;
+  double contiguous_speed = 0;
+  if (o.decode > 0) {
+    auto r = load_runnable(com.spec);
+    if (!r.ok()) {
+      rep.foot.push_back(fmt::format("decode speed not measured: {}", r.error().message));
+    } else {
+      rm = std::move(*r);
+      pool.emplace(com.threads);
+      LMP_ASSIGN(contiguous_speed, decode_speed(*rm->model, *pool, cache_config(c, 1, type), o.prompt_max, o.decode));
+    }
+  }
+  cli::Progress progress("paged");
+  const std::int64_t slots = static_cast<std::int64_t>(budget / (static_cast<std::uint64_t>(o.ctx) * bpt));
+  if (slots < 1)
+    return make_error(Errc::out_of_range, "the budget of {} holds no sequence of {} tokens ({} each)", fmt_bytes(static_cast<double>(budget)),
+                      o.ctx, fmt_bytes(static_cast<double>(bpt) * o.ctx));
+  LMP_ASSIGN(SimResult cr, serve(reqs, o.ctx, 1, slots, 0));
+  t.add({"contiguous", "-", cli::num(100 * cr.waste, 3), std::to_string(slots), cli::num(cr.mean_running, 4),
+         std::to_string(cr.max_running), std::to_string(cr.steps), cli::num(cr.tokens_per_step, 4), std::to_string(cr.preemptions),
+         "0", rm ? "1" : "-"});
+  double waste16 = -1, ratio16 = -1;
+  for (std::size_t bi = 0; bi < o.blocks.size(); ++bi) {
+    const int bs = o.blocks[bi];
+    progress.update(static_cast<double>(bi) / static_cast<double>(o.blocks.size()), fmt::format("block {}", bs));
+    const std::int64_t blocks = static_cast<std::int64_t>(budget / (static_cast<std::uint64_t>(bs) * bpt));
+    // Sequences that fit at their full length, in arrival order.
+    std::int64_t fit = 0, used = 0;
+    for (const auto& q : reqs) {
+      const int need = (q.total + bs - 1) / bs;
+      if (used + need > blocks) break;
+      used += need;
+      ++fit;
+    }
+    LMP_ASSIGN(SimResult pr, serve(reqs, o.ctx, bs, 0, blocks));
+    std::string speed = "-";
+    if (rm) {
+      LMP_ASSIGN(double sp, decode_speed(*rm->model, *pool, cache_config(c, 1, type, kv::Layout::paged, bs), o.prompt_max, o.decode));
+      speed = cli::num(sp / contiguous_speed, 3);
+      if (bs == 16) ratio16 = sp / contiguous_speed;
+    }
+    if (bs == 16) waste16 = pr.waste;
+    const double table_bytes = 4.0 * std::ceil(mean_len / bs);
+    t.add({"paged", std::to_string(bs), cli::num(100 * pr.waste, 3), fit == o.requests ? fmt::format("all {}", fit) : std::to_string(fit),
+           cli::num(pr.mean_running, 4), std::to_string(pr.max_running), std::to_string(pr.steps), cli::num(pr.tokens_per_step, 4),
+           std::to_string(pr.preemptions), cli::num(table_bytes, 4), speed});
+  }
+  progress.done();
+  rep.tables.push_back(std::move(t));
+  if (waste16 >= 0) rep.field("paged_waste_pct_block16", 100 * waste16);
+  if (ratio16 >= 0) rep.field("paged_decode_ratio_block16", ratio16);
+  rep.field("contiguous_waste_pct", 100 * cr.waste);
+  rep.foot.push_back("waste: allocated minus used over allocated, averaged over the steps of serving the workload; "
+                     "contiguous reserves the whole context per sequence");
+  rep.foot.push_back("fit: sequences that fit at once at their full length; mean/max batch: sequences decoding together; "
+                     "steps: decode steps to serve all requests (fewer is more throughput)");
+  if (rm)
+    rep.foot.push_back(fmt::format("decode: {} tokens after a {}-token prompt on {}, {} thread{}, tokens/s against the contiguous "
+                                   "cache ({:.1f} tok/s)",
+                                   o.decode, o.prompt_max, rm->name, com.threads, com.threads > 1 ? "s" : "", contiguous_speed));
+  return rep;
+}
+
+}  // namespace lmp::kvbench
