@@ -233,3 +233,26 @@ TEST_CASE("the model on every cache: paged equals contiguous, quantized caches s
   }
   std::remove(p.c_str());
 }
+
+TEST_CASE("softmax: the vectorised exponential within 1e-6 of std::exp, any length", "[model][ops]") {
+  for (int n : {1, 3, 8, 9, 17, 100, 1000}) {
+    std::vector<float> x(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = static_cast<float>(std::sin(i * 1.7) * 40.0 - (i % 7) * 3.0);
+    std::vector<double> want(x.size());
+    const float m = *std::max_element(x.begin(), x.end());
+    double z = 0;  // from x - m rounded to float, as softmax computes it
+    for (std::size_t i = 0; i < x.size(); ++i) z += want[i] = std::exp(static_cast<double>(x[i] - m));
+    softmax(x.data(), n);
+    double sum = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      CHECK(static_cast<double>(x[i]) == Approx(want[i] / z).epsilon(1e-6).margin(1e-30));
+      sum += static_cast<double>(x[i]);
+    }
+    CHECK(sum == Approx(1.0).epsilon(1e-6));
+  }
+  std::vector<float> big = {0.0f, -200.0f, -1000.0f};  // underflow to 0, not NaN
+  softmax(big.data(), 3);
+  CHECK(big[0] == 1.0f);
+  CHECK(big[2] >= 0.0f);
+  CHECK(big[2] < 1e-30f);
+}

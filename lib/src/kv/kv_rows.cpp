@@ -108,108 +108,193 @@ void accumulate_scalar(const RowFormat& f, float* out, const float* att, const s
 }
 
 // ---- AVX2 ------------------------------------------------------------------------------
-// Each kernel reads one row's head slice in registers of 8 numbers; the quantized ones
-// multiply a group's partial sum by its scale.
+// Templates on the storage type. Scores: four rows at a time, each row's products summed
+// in a register (per group, then times the group's scale), the four reduced together.
+// Accumulate: the output slice (up to 64 numbers) stays in registers over all rows.
 
-__attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+__attribute__((target("avx2,fma,f16c"))) inline float scale_f16(const std::byte* row, int g) {
+  std::uint16_t h;
+  std::memcpy(&h, row + 2 * static_cast<std::size_t>(g), 2);
+  return _cvtsh_ss(h);
 }
 
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(KvType t, const std::byte* p) {
-  switch (t) {
-    case KvType::f32: return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-    case KvType::f16: return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    default: {  // int8
-      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-    }
+// The 8 numbers from element e of a row (e a multiple of 8 inside one group), unscaled.
+template <KvType T>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8_at(const RowFormat& f, const std::byte* r, int e) {
+  if constexpr (T == KvType::f32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(r) + e);
+  } else if constexpr (T == KvType::f16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * static_cast<std::size_t>(e))));
+  } else if constexpr (T == KvType::int8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + f.scales + static_cast<std::size_t>(e)));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  } else {  // int4: element j of a group is the low nibble of byte j, j + half the high one
+    const int half = f.group / 2, g = e / f.group, j = e % f.group;
+    const std::byte* p = r + f.scales + static_cast<std::size_t>(g * half + (j % half));
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    if (j >= half) b = _mm_srli_epi16(b, 4);
+    b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
   }
 }
 
-// The two halves (numbers i..i+7 and half+i..half+i+7 of a group) of eight int4 bytes.
-__attribute__((target("avx2,fma,f16c"))) inline void load_nibbles(const std::byte* p, __m256& lo, __m256& hi) {
-  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  const __m128i m = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-  const __m128i l = _mm_sub_epi8(_mm_and_si128(b, m), eight);
-  const __m128i h = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m), eight);
-  lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(l));
-  hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h));
+template <KvType T>
+constexpr bool quantized() {
+  return T == KvType::int8 || T == KvType::int4;
 }
 
-__attribute__((target("avx2,fma,f16c"))) void scores_avx2(const RowFormat& f, float* att, const float* q,
-                                                          const std::byte* rows, int n, int off, int hd, float scale) {
-  const std::size_t esize = f.type == KvType::f32 ? 4 : 2;
-  for (int j = 0; j < n; ++j) {
-    const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
+// Σ over the head slice of q · row, in a register (not yet reduced).
+template <KvType T>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 row_dot(const RowFormat& f, const std::byte* r, const float* q,
+                                                             int off, int hd) {
+  if constexpr (!quantized<T>()) {
+    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= hd; i += 16) {
+      a = _mm256_fmadd_ps(load8_at<T>(f, r, off + i), _mm256_loadu_ps(q + i), a);
+      b = _mm256_fmadd_ps(load8_at<T>(f, r, off + i + 8), _mm256_loadu_ps(q + i + 8), b);
+    }
+    if (i < hd) a = _mm256_fmadd_ps(load8_at<T>(f, r, off + i), _mm256_loadu_ps(q + i), a);
+    return _mm256_add_ps(a, b);
+  } else {
     __m256 acc = _mm256_setzero_ps();
-    if (f.type == KvType::f32 || f.type == KvType::f16) {
-      const std::byte* x = r + esize * static_cast<std::size_t>(off);
-      __m256 acc2 = _mm256_setzero_ps();
-      int i = 0;
-      for (; i + 16 <= hd; i += 16) {
-        acc = _mm256_fmadd_ps(load8(f.type, x + esize * static_cast<std::size_t>(i)), _mm256_loadu_ps(q + i), acc);
-        acc2 = _mm256_fmadd_ps(load8(f.type, x + esize * static_cast<std::size_t>(i + 8)), _mm256_loadu_ps(q + i + 8), acc2);
-      }
-      for (; i < hd; i += 8) acc = _mm256_fmadd_ps(load8(f.type, x + esize * static_cast<std::size_t>(i)), _mm256_loadu_ps(q + i), acc);
-      acc = _mm256_add_ps(acc, acc2);
-    } else if (f.type == KvType::int8) {
-      const std::byte* x = r + f.scales + static_cast<std::size_t>(off);
-      for (int g = 0; g < hd; g += f.group) {
-        __m256 s = _mm256_setzero_ps();
-        for (int i = 0; i < f.group; i += 8)
-          s = _mm256_fmadd_ps(load8(KvType::int8, x + g + i), _mm256_loadu_ps(q + g + i), s);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(r, (off + g) / f.group)), s, acc);
-      }
-    } else {  // int4
-      const int half = f.group / 2;
-      const std::byte* x = r + f.scales + static_cast<std::size_t>(off / 2);
-      for (int g = 0; g < hd; g += f.group) {
-        __m256 s = _mm256_setzero_ps();
-        for (int i = 0; i < half; i += 8) {
-          __m256 lo, hi;
-          load_nibbles(x + g / 2 + i, lo, hi);
-          s = _mm256_fmadd_ps(lo, _mm256_loadu_ps(q + g + i), s);
-          s = _mm256_fmadd_ps(hi, _mm256_loadu_ps(q + g + half + i), s);
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(r, (off + g) / f.group)), s, acc);
-      }
+    for (int g = 0; g < hd; g += f.group) {
+      __m256 s = _mm256_setzero_ps();
+      for (int i = g; i < g + f.group; i += 8) s = _mm256_fmadd_ps(load8_at<T>(f, r, off + i), _mm256_loadu_ps(q + i), s);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_f16(r, (off + g) / f.group)), s, acc);
     }
-    att[j] = hsum(acc) * scale;
+    return acc;
   }
 }
 
-__attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(const RowFormat& f, float* out, const float* att,
-                                                              const std::byte* rows, int n, int off, int hd) {
-  const std::size_t esize = f.type == KvType::f32 ? 4 : 2;
-  for (int j = 0; j < n; ++j) {
-    const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
-    if (f.type == KvType::f32 || f.type == KvType::f16) {
-      const __m256 a = _mm256_set1_ps(att[j]);
-      const std::byte* x = r + esize * static_cast<std::size_t>(off);
-      for (int i = 0; i < hd; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(a, load8(f.type, x + esize * static_cast<std::size_t>(i)), _mm256_loadu_ps(out + i)));
-    } else if (f.type == KvType::int8) {
-      const std::byte* x = r + f.scales + static_cast<std::size_t>(off);
-      for (int g = 0; g < hd; g += f.group) {
-        const __m256 a = _mm256_set1_ps(att[j] * scale_at(r, (off + g) / f.group));
-        for (int i = g; i < g + f.group; i += 8)
-          _mm256_storeu_ps(out + i, _mm256_fmadd_ps(a, load8(KvType::int8, x + i), _mm256_loadu_ps(out + i)));
+// Σ over the head slice of q · row for int8 and int4 rows against q in int16 (qi = q / sq,
+// rounded: a relative error of 2^-16, far below the rows' own): 16 products per
+// multiply-add in integers, one conversion and one scale per group. Groups of 16 (int8)
+// or 32 (int4) numbers.
+template <KvType T>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 row_dot_i16(const RowFormat& f, const std::byte* r,
+                                                                 const std::int16_t* qi, int off, int hd) {
+  __m256 acc = _mm256_setzero_ps();
+  const std::byte* x = r + f.scales;
+  for (int g = 0; g < hd; g += f.group) {
+    __m256i s = _mm256_setzero_si256();
+    if constexpr (T == KvType::int8) {
+      for (int i = g; i < g + f.group; i += 16) {
+        const __m256i k = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + off + i)));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(k, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qi + i))));
       }
     } else {
       const int half = f.group / 2;
-      const std::byte* x = r + f.scales + static_cast<std::size_t>(off / 2);
-      for (int g = 0; g < hd; g += f.group) {
-        const __m256 a = _mm256_set1_ps(att[j] * scale_at(r, (off + g) / f.group));
-        for (int i = 0; i < half; i += 8) {
-          __m256 lo, hi;
-          load_nibbles(x + g / 2 + i, lo, hi);
-          _mm256_storeu_ps(out + g + i, _mm256_fmadd_ps(a, lo, _mm256_loadu_ps(out + g + i)));
-          _mm256_storeu_ps(out + g + half + i, _mm256_fmadd_ps(a, hi, _mm256_loadu_ps(out + g + half + i)));
-        }
+      const std::byte* p = x + (off + g) / 2;
+      const __m128i m = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+      for (int i = 0; i < half; i += 16) {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, m), eight);
+        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m), eight);
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_cvtepi8_epi16(lo),
+                                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qi + g + i))));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_cvtepi8_epi16(hi),
+                                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qi + g + half + i))));
       }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_f16(r, (off + g) / f.group)), _mm256_cvtepi32_ps(s), acc);
+  }
+  return acc;
+}
+
+template <KvType T>
+constexpr int int_group() {  // the group sizes the integer path takes
+  return T == KvType::int8 ? 16 : T == KvType::int4 ? 32 : 0;
+}
+
+template <KvType T>
+__attribute__((target("avx2,fma,f16c"))) void scores_avx2(const RowFormat& f, float* att, const float* q,
+                                                          const std::byte* rows, int n, int off, int hd, float scale) {
+  // Quantized rows against q in int16 where the groups allow it.
+  alignas(32) std::int16_t qi[512];
+  bool ints = false;
+  if constexpr (int_group<T>() > 0) {
+    if (f.group % int_group<T>() == 0 && hd <= 512) {
+      float qmax = 0;
+      for (int i = 0; i < hd; ++i) qmax = std::max(qmax, std::fabs(q[i]));
+      const float sq = qmax > 0 ? qmax / 32767.0f : 1.0f;
+      for (int i = 0; i < hd; ++i) qi[i] = static_cast<std::int16_t>(std::lrintf(q[i] / sq));
+      scale *= sq;
+      ints = true;
+    }
+  }
+  auto dot = [&](const std::byte* r) __attribute__((target("avx2,fma,f16c"))) {
+    if constexpr (int_group<T>() > 0) {
+      if (ints) return row_dot_i16<T>(f, r, qi, off, hd);
+    }
+    return row_dot<T>(f, r, q, off, hd);
+  };
+  const __m128 sc = _mm_set1_ps(scale);
+  // [a0 a1 a2 a3] summed: pairwise adds, then the two 128-bit halves. The last rows go
+  // through the same sums (with zero rows), so that a row's score does not depend on where
+  // a block starts: the paged and the contiguous cache give the same bits.
+  auto reduce4 = [](__m256 a0, __m256 a1, __m256 a2, __m256 a3) __attribute__((target("avx2,fma,f16c"))) {
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  };
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
+    const __m128 t = reduce4(dot(r), dot(r + f.bytes), dot(r + 2 * f.bytes), dot(r + 3 * f.bytes));
+    _mm_storeu_ps(att + j, _mm_mul_ps(t, sc));
+  }
+  if (j < n) {
+    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int k = 0; j + k < n; ++k) a[k] = dot(rows + static_cast<std::size_t>(j + k) * f.bytes);
+    float tmp[4];
+    _mm_storeu_ps(tmp, _mm_mul_ps(reduce4(a[0], a[1], a[2], a[3]), sc));
+    for (int k = 0; j + k < n; ++k) att[j + k] = tmp[k];
+  }
+}
+
+// out[c0 .. c0 + 8·NR) += Σ_j att_j · V_j over the rows, the slice in NR registers.
+template <KvType T, int NR>
+__attribute__((target("avx2,fma,f16c"))) void accumulate_slice(const RowFormat& f, float* out, const float* att,
+                                                               const std::byte* rows, int n, int e0) {
+  __m256 acc[NR];
+  for (int i = 0; i < NR; ++i) acc[i] = _mm256_loadu_ps(out + 8 * i);
+  for (int j = 0; j < n; ++j) {
+    const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
+    if constexpr (!quantized<T>()) {
+      const __m256 a = _mm256_set1_ps(att[j]);
+      for (int i = 0; i < NR; ++i) acc[i] = _mm256_fmadd_ps(a, load8_at<T>(f, r, e0 + 8 * i), acc[i]);
+    } else {  // one coefficient (weight × scale) per group the slice crosses
+      int g = e0 / f.group;
+      __m256 a = _mm256_set1_ps(att[j] * scale_f16(r, g));
+      for (int i = 0; i < NR; ++i) {
+        const int e = e0 + 8 * i;
+        if (e / f.group != g) {
+          g = e / f.group;
+          a = _mm256_set1_ps(att[j] * scale_f16(r, g));
+        }
+        acc[i] = _mm256_fmadd_ps(a, load8_at<T>(f, r, e), acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < NR; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
+}
+
+template <KvType T>
+__attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(const RowFormat& f, float* out, const float* att,
+                                                              const std::byte* rows, int n, int off, int hd) {
+  for (int c = 0; c < hd; c += 64) {
+    const int w = std::min(64, hd - c) / 8;
+    float* o = out + c;
+    const int e = off + c;
+    switch (w) {
+      case 1: accumulate_slice<T, 1>(f, o, att, rows, n, e); break;
+      case 2: accumulate_slice<T, 2>(f, o, att, rows, n, e); break;
+      case 3: accumulate_slice<T, 3>(f, o, att, rows, n, e); break;
+      case 4: accumulate_slice<T, 4>(f, o, att, rows, n, e); break;
+      case 5: accumulate_slice<T, 5>(f, o, att, rows, n, e); break;
+      case 6: accumulate_slice<T, 6>(f, o, att, rows, n, e); break;
+      case 7: accumulate_slice<T, 7>(f, o, att, rows, n, e); break;
+      default: accumulate_slice<T, 8>(f, o, att, rows, n, e); break;
     }
   }
 }
@@ -272,12 +357,26 @@ void load_row(const RowFormat& f, float* x, const std::byte* row) {
 }
 
 void row_scores(const RowFormat& f, float* att, const float* q, const std::byte* rows, int n, int off, int hd, float scale) {
-  if (simd_ok(f, hd)) return scores_avx2(f, att, q, rows, n, off, hd, scale);
+  if (simd_ok(f, hd)) {
+    switch (f.type) {
+      case KvType::f32: return scores_avx2<KvType::f32>(f, att, q, rows, n, off, hd, scale);
+      case KvType::f16: return scores_avx2<KvType::f16>(f, att, q, rows, n, off, hd, scale);
+      case KvType::int8: return scores_avx2<KvType::int8>(f, att, q, rows, n, off, hd, scale);
+      case KvType::int4: return scores_avx2<KvType::int4>(f, att, q, rows, n, off, hd, scale);
+    }
+  }
   scores_scalar(f, att, q, rows, n, off, hd, scale);
 }
 
 void row_accumulate(const RowFormat& f, float* out, const float* att, const std::byte* rows, int n, int off, int hd) {
-  if (simd_ok(f, hd)) return accumulate_avx2(f, out, att, rows, n, off, hd);
+  if (simd_ok(f, hd)) {
+    switch (f.type) {
+      case KvType::f32: return accumulate_avx2<KvType::f32>(f, out, att, rows, n, off, hd);
+      case KvType::f16: return accumulate_avx2<KvType::f16>(f, out, att, rows, n, off, hd);
+      case KvType::int8: return accumulate_avx2<KvType::int8>(f, out, att, rows, n, off, hd);
+      case KvType::int4: return accumulate_avx2<KvType::int4>(f, out, att, rows, n, off, hd);
+    }
+  }
   accumulate_scalar(f, out, att, rows, n, off, hd);
 }
 

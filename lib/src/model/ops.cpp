@@ -372,7 +372,65 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
   for (int i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
 }
 
+namespace {
+
+// e^x for 8 floats (x <= 0 here): x = n·ln2 + r with |r| <= ln2/2, e^r by a degree-6
+// polynomial (Taylor, relative error under 2e-7), times 2^n through the exponent bits.
+__attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);  // ln2 in two parts
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2,fma"))) void softmax_avx2(float* x, int n) {
+  __m256 mv = _mm256_set1_ps(x[0]);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, mv);
+  float m = x[0];
+  for (float v : lanes) m = std::max(m, v);
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  const __m256 mm = _mm256_set1_ps(m);
+  __m256 zv = _mm256_setzero_ps();
+  i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mm));
+    _mm256_storeu_ps(x + i, e);
+    zv = _mm256_add_ps(zv, e);
+  }
+  float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int k = 0; i + k < n; ++k) tail[k] = x[i + k] - m;
+  const __m256 et = _mm256_blendv_ps(_mm256_setzero_ps(), exp8(_mm256_loadu_ps(tail)),
+                                     _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n - i),
+                                                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
+  _mm256_storeu_ps(tail, et);
+  for (int k = 0; i + k < n; ++k) x[i + k] = tail[k];
+  zv = _mm256_add_ps(zv, et);
+  _mm256_storeu_ps(lanes, zv);
+  float z = 0;
+  for (float v : lanes) z += v;
+  const __m256 inv = _mm256_set1_ps(1.0f / z);
+  i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+  for (; i < n; ++i) x[i] *= 1.0f / z;
+}
+
+}  // namespace
+
 void softmax(float* x, int n) {
+  if (cpu_avx2()) return softmax_avx2(x, n);
   float m = x[0];
   for (int i = 1; i < n; ++i) m = std::max(m, x[i]);
   float z = 0;
