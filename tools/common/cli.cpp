@@ -46,9 +46,10 @@ std::string help_text(const ToolSpec& spec, CLI::App& app) {
   if (p == std::string::npos) p = opts.find("OPTIONS:");
   std::string body = p == std::string::npos ? opts : opts.substr(p);
   return fmt::format(
-      "Usage: {} {}\n{}\n\n{}\n{}{}\nExamples:\n{}\n\nExit status: 0 if OK, 1 on a runtime or data error, 2 on a "
+      "Usage: {} {}\n{}\n\n{}{}{}\nExamples:\n{}\n\nExit status: 0 if OK, 1 on a runtime or data error, 2 on a "
       "usage error.\n",
-      spec.name, spec.synopsis, spec.description, "With no FILE, or when FILE is -, read standard input.", body,
+      spec.name, spec.synopsis, spec.description,
+      spec.reads_stdin ? "With no FILE, or when FILE is -, read standard input.\n" : "", body,
       spec.details.empty() ? "" : "\n" + spec.details + "\n", spec.examples);
 }
 }  // namespace
@@ -81,12 +82,29 @@ int run_tool(const ToolSpec& spec, CLI::App& app, int argc, char** argv, const s
   app.add_flag("--version", want_version, "output version information and exit");
   bool q = false;
   if (!app.get_option_no_throw("--quiet")) app.add_flag("-q,--quiet", q, "no progress or report on stderr");
-  // --help and --version win over missing required options.
+  // --help and --version win over missing required options. After a subcommand's name,
+  // --help shows that subcommand's options.
+  CLI::App* sub = nullptr;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--") break;
+    if (!sub && !a.empty() && a[0] != '-') {
+      for (CLI::App* sc : app.get_subcommands([](CLI::App*) { return true; }))
+        if (sc->get_name() == a) sub = sc;
+    }
     if (a == "-h" || a == "--help") {
-      std::fputs(help_text(spec, app).c_str(), stdout);
+      if (sub) {
+        std::string opts = sub->help();
+        auto p = opts.find("Options:");
+        if (p == std::string::npos) p = opts.find("OPTIONS:");
+        std::fputs(fmt::format("Usage: {} {} [OPTION]...\n{}\n\n{}\nExamples:\n{}\n\nSee '{} --help' for the other commands.\n",
+                               spec.name, sub->get_name(), sub->get_description(),
+                               p == std::string::npos ? opts : opts.substr(p), spec.examples, spec.name)
+                       .c_str(),
+                   stdout);
+      } else {
+        std::fputs(help_text(spec, app).c_str(), stdout);
+      }
       return std::fflush(stdout) == 0 ? kExitOk : kExitError;
     }
     if (a == "--version") {

@@ -35,6 +35,7 @@ struct ToolSpec {
   std::string description;  // one line
   std::string details;      // paragraphs after the options
   std::string examples;     // lines, already indented
+  bool reads_stdin = true;  // help says: with no FILE, or FILE -, standard input
 };
 
 // Parse argv with `app` (options added by the caller), then run `body`.

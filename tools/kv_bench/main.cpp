@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
       "speedup, paged (--decode) and quality run the model; without -m they use a random one of the\n"
       "shape (default stories15M). Output: aligned tables, or --json / --csv for scripts (field names\n"
       "in docs/kv-bench.md, kept stable). Progress on stderr when it is a terminal.",
-      kExamples};
+      kExamples, false};
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
     if (json && csv) throw cli::UsageError("--json and --csv: choose one");

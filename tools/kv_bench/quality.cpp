@@ -58,11 +58,13 @@ Result<cli::Report> run_quality(const Common& com, const QualityOptions& o) {
   std::string source;
   if (!o.ids.empty()) {
     LMP_ASSIGN(auto buf, io::read_file(o.ids));
-    LMP_TRY(tok::parse_ids(buf, o.ids == "-" ? "<stdin>" : o.ids, toks));
-    if (toks.size() < 2) return make_error(Errc::invalid_argument, "{}: at least 2 token ids are needed", o.ids);
+    const std::string name = o.ids == "-" ? "<stdin>" : o.ids;
+    LMP_TRY(tok::parse_ids(buf, name, toks));
+    if (toks.size() < 2) return make_error(Errc::invalid_argument, "{}: at least 2 token ids are needed", name);
     for (std::size_t i = 0; i < toks.size(); ++i)
       if (toks[i] < 0 || toks[i] >= c.n_vocab)
-        return make_error(Errc::out_of_range, "{}: token {} (id {}) is outside the model's vocabulary", o.ids, i + 1, toks[i]);
+        return make_error(Errc::out_of_range, "{}: token {} (id {}) is outside the model's vocabulary (0..{})", name, i + 1,
+                          toks[i], c.n_vocab - 1);
     if (o.tokens > 0 && toks.size() > static_cast<std::size_t>(o.tokens)) toks.resize(static_cast<std::size_t>(o.tokens));
     source = fmt::format("{} ({} tokens)", o.ids, toks.size());
   } else {
