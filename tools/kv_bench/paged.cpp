@@ -228,7 +228,7 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
     }
     if (bs == 16) waste16 = pr.waste;
     const double table_bytes = 4.0 * std::ceil(mean_len / bs);
-    t.add({"paged", std::to_string(bs), cli::num(100 * pr.waste, 3), fit == o.requests ? fmt::format("all {}", fit) : std::to_string(fit),
+    t.add({"paged", std::to_string(bs), cli::num(100 * pr.waste, 3), std::to_string(fit),
            cli::num(pr.mean_running, 4), std::to_string(pr.max_running), std::to_string(pr.steps), cli::num(pr.tokens_per_step, 4),
            std::to_string(pr.preemptions), cli::num(table_bytes, 4), speed});
   }
