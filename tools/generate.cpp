@@ -261,8 +261,8 @@ int main(int argc, char** argv) {
   std::string kv_layout = "contiguous", kv_type = "f32", kv_evict = "none", kv_memory;
   app.add_option("--kv", kv_layout, "KV-cache layout: contiguous (default) or paged")
       ->check(CLI::IsMember({"contiguous", "paged"}));
-  app.add_option("--kv-type", kv_type, "KV-cache storage: f32 (default), f16, int8, int4")
-      ->check(CLI::IsMember({"f32", "f16", "int8", "int4", "q8_0", "q4_0"}));
+  app.add_option("--kv-type", kv_type, "KV-cache storage: f32 (default), f16, int8, int4, int4-kivi")
+      ->check(CLI::IsMember({"f32", "f16", "int8", "int4", "int4-kivi", "q8_0", "q4_0"}));
   app.add_option("--kv-block", o.kv.block_size, "tokens per block of the paged cache (default 16)")->check(CLI::Range(1, 1 << 16));
   app.add_option("--kv-evict", kv_evict, "at the context limit: none (an error, default), window, sinks (StreamingLLM)")
       ->check(CLI::IsMember({"none", "window", "sinks"}));

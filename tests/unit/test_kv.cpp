@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "lmpipe/kv/kv_cache.h"
+#include "lmpipe/tensor_io/dtype.h"
 
 using namespace lmp;
 using namespace lmp::kv;
@@ -355,4 +356,71 @@ TEST_CASE("errors: context full, out of blocks, bad sequences, bad configs", "[k
   CHECK_FALSE(parse_kv_type("int3").ok());
   auto q8 = parse_kv_type("q8_0");
   CHECK((q8.ok() && *q8 == KvType::int8));
+}
+
+TEST_CASE("int4-kivi: keys per channel after a full-precision window, values per token; truncate, fork, errors", "[kv]") {
+  KvConfig cfg;
+  cfg.n_layer = 2;
+  cfg.n_ctx = 100;
+  cfg.kv_dim = 64;
+  cfg.head_dim = 32;
+  cfg.type = KvType::int4_kivi;
+  cfg.max_seqs = 2;
+  auto c = must(make_kv_cache(cfg));
+  std::mt19937 rng(3);
+  std::vector<std::vector<float>> ks, vs;
+  // Channels of very different sizes: what per-channel scales are for.
+  for (int t = 0; t < 70; ++t) {
+    auto k = random_vec(rng, 64), v = random_vec(rng, 64);
+    for (int i = 0; i < 64; ++i) k[static_cast<std::size_t>(i)] *= i % 8 == 0 ? 20.0f : 1.0f;
+    ks.push_back(k);
+    vs.push_back(v);
+    for (int l = 0; l < 2; ++l) REQUIRE(c->append(l, 0, k, v).ok());
+  }
+  // Two sealed groups of 32 (per-channel keys, int4 values) and a window of 6 in f32.
+  std::vector<KvBlock> bl;
+  c->blocks(1, 0, bl);
+  REQUIRE(bl.size() == 3);
+  CHECK(bl[0].kscale != nullptr);
+  CHECK(bl[2].kscale == nullptr);
+  CHECK(bl[2].size() == 6);
+  auto key = [&](const KvBlock& b, int r, std::vector<float>& out) {
+    out.resize(64);
+    load_row(*b.kfmt, out.data(), b.k + static_cast<std::size_t>(r) * b.kfmt->bytes);
+    if (b.kscale)
+      for (int i = 0; i < 64; ++i) out[static_cast<std::size_t>(i)] *= f16_to_f32(b.kscale[i]);
+  };
+  std::vector<float> got;
+  for (int g = 0; g < 2; ++g) {
+    for (int r = 0; r < 32; ++r) {
+      key(bl[static_cast<std::size_t>(g)], r, got);
+      const auto& want = ks[static_cast<std::size_t>(g * 32 + r)];
+      for (int ch = 0; ch < 64; ++ch) {  // within half a step of the channel's scale
+        float amax = 0;
+        for (int t = g * 32; t < g * 32 + 32; ++t) amax = std::max(amax, std::fabs(ks[static_cast<std::size_t>(t)][static_cast<std::size_t>(ch)]));
+        CHECK(std::fabs(got[static_cast<std::size_t>(ch)] - want[static_cast<std::size_t>(ch)]) <= amax / 7 / 2 * 1.01f + 1e-6f);
+      }
+    }
+  }
+  key(bl[2], 5, got);
+  CHECK(got == ks[69]);  // the window is exact
+  std::vector<float> v(64);
+  load_row(*bl[2].vfmt, v.data(), bl[2].v + 5 * bl[2].vfmt->bytes);
+  CHECK(v == vs[69]);
+  // Fork copies; truncating into a sealed group brings its kept tokens back to the window.
+  REQUIRE(c->fork(0, 1).ok());
+  REQUIRE(c->truncate(1, 40).ok());
+  c->blocks(0, 1, bl);
+  REQUIRE(bl.size() == 2);
+  CHECK(bl[1].size() == 8);
+  CHECK(bl[1].kscale == nullptr);
+  for (int l = 0; l < 2; ++l) REQUIRE(c->append(l, 1, ks[0], vs[0]).ok());
+  CHECK(c->length(1) == 41);
+  CHECK(c->length(0) == 70);
+  // Not paged, no eviction.
+  cfg.layout = Layout::paged;
+  CHECK_THAT(make_kv_cache(cfg).error().message, Catch::Contains("contiguous"));
+  cfg.layout = Layout::contiguous;
+  cfg.eviction = Eviction::window;
+  CHECK_FALSE(make_kv_cache(cfg).ok());
 }

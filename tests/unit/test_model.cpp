@@ -206,8 +206,10 @@ TEST_CASE("the model on every cache: paged equals contiguous, quantized caches s
     kc.block_size = bs;
     CHECK(run(kc, 7) == want);  // the same numbers in the same order: bit for bit
   }
-  for (auto [t, bound] : {std::pair{kv::KvType::f16, 0.002}, {kv::KvType::int8, 0.02}, {kv::KvType::int4, 0.2}}) {
+  for (auto [t, bound] : {std::pair{kv::KvType::f16, 0.002}, {kv::KvType::int8, 0.02}, {kv::KvType::int4, 0.2},
+                          {kv::KvType::int4_kivi, 0.2}}) {
     kc.type = t;
+    kc.layout = t == kv::KvType::int4_kivi ? kv::Layout::contiguous : kv::Layout::paged;
     INFO(kv::kv_type_name(t) << ": max |logit - f32 cache| " << max_abs(want, run(kc, 7)) << " of range " << range);
     CHECK(max_abs(want, run(kc, 7)) <= bound * range);
   }

@@ -76,7 +76,7 @@ struct QualityOptions {
   std::string ids;  // token ids to score (file or -); default: sampled from the model
   int tokens = 256;
   std::uint64_t seed = 1;
-  std::vector<std::string> types{"f16", "int8", "int4"};
+  std::vector<std::string> types{"f16", "int8", "int4", "int4-kivi"};
 };
 struct PlanOptions {
   std::string memory = "24GiB";

@@ -55,7 +55,7 @@ std::pair<int, int> range(const std::string& s, const char* opt) {
 
 int main(int argc, char** argv) {
   Common com;
-  bool json = false, csv = false;
+  bool json = false, csv = false, quiet = false;
   std::string output = "-";
   CLI::App app;
   app.require_subcommand(1);
@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
     sc->add_flag("--json", json, "the report as JSON (fields: docs/kv-bench.md)");
     sc->add_flag("--csv", csv, "the report's tables as CSV");
     sc->add_option("-o,--output", output, "write the report here instead of standard output");
+    sc->add_flag("-q,--quiet", quiet, "no progress on stderr");
   };
   SpeedupOptions so;
   std::string lengths = "128,512,2048";
@@ -110,13 +111,13 @@ int main(int argc, char** argv) {
   pg->add_option("--seed", po.seed, "workload seed (default 1)");
 
   QualityOptions qo;
-  std::string types = "f16,int8,int4";
+  std::string types = "f16,int8,int4,int4-kivi";
   CLI::App* qu = app.add_subcommand("quality", "f16, int8, int4 caches against f32: attention error, KL, top-1, perplexity");
   common(qu, true);
   qu->add_option("--ids", qo.ids, "token ids to score (text or .npy, '-' for standard input); default: the model's own sample");
   qu->add_option("--tokens", qo.tokens, "tokens to sample, or to keep of --ids (default 256)")->check(CLI::Range(2, 1 << 20));
   qu->add_option("--seed", qo.seed, "seed of the sampled text (default 1)");
-  qu->add_option("--types", types, "storage types to compare (default f16,int8,int4)");
+  qu->add_option("--types", types, "storage types to compare (default f16,int8,int4,int4-kivi)");
 
   PlanOptions pl;
   CLI::App* pn = app.add_subcommand("plan", "the largest batch that fits next to the weights, per attention variant and type");
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
       "speedup [MODEL] [--lengths N,...] [-j T] [--plot FILE.svg]\n"
       "       kv-bench memory [MODEL] [--ctx N]\n"
       "       kv-bench paged [MODEL] [--memory BYTES] [--blocks N,...]\n"
-      "       kv-bench quality [MODEL] [--ids FILE] [--types f16,int8,int4]\n"
+      "       kv-bench quality [MODEL] [--ids FILE] [--types f16,int8,int4,int4-kivi]\n"
       "       kv-bench plan [MODEL] --memory BYTES [--ctx N] [--weights T]\n"
       "  MODEL: -m FILE | --preset NAME | --n-layer L --n-embd E --n-head H [--n-kv-head K]",
       "Measure the KV cache: speedup, memory, paged storage, quantization quality, capacity planning.",
@@ -143,6 +144,7 @@ int main(int argc, char** argv) {
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
     if (json && csv) throw cli::UsageError("--json and --csv: choose one");
+    if (quiet) cli::set_quiet(true);
     com.format = json ? cli::ReportFormat::json : csv ? cli::ReportFormat::csv : cli::ReportFormat::text;
     if (!com.spec.file.empty() && !com.spec.preset.empty()) throw cli::UsageError("give -m FILE or --preset NAME, not both");
     const bool runs = sp->parsed() || qu->parsed() || pg->parsed();
@@ -168,7 +170,8 @@ int main(int argc, char** argv) {
       qo.types.clear();
       std::stringstream ss(types);
       for (std::string t; std::getline(ss, t, ',');) {
-        if (!kv::parse_kv_type(t).ok()) throw cli::UsageError(fmt::format("--types: unknown type '{}' (f32, f16, int8, int4)", t));
+        if (!kv::parse_kv_type(t).ok())
+          throw cli::UsageError(fmt::format("--types: unknown type '{}' (f32, f16, int8, int4, int4-kivi)", t));
         qo.types.push_back(t);
       }
       rep = run_quality(com, qo);

@@ -177,11 +177,12 @@ Result<std::unique_ptr<KvCache>> make_kv_cache(const KvConfig& cfg) {
                       cfg.n_layer, cfg.n_ctx, cfg.kv_dim, cfg.max_seqs);
   const int hd = cfg.head_dim > 0 ? cfg.head_dim : cfg.kv_dim;
   if (cfg.kv_dim % hd) return make_error(Errc::invalid_argument, "KV cache: head_dim {} does not divide kv_dim {}", hd, cfg.kv_dim);
-  if (cfg.type == KvType::int4 && (hd % 32 ? hd : 32) % 2)
+  if ((cfg.type == KvType::int4 || cfg.type == KvType::int4_kivi) && (hd % 32 ? hd : 32) % 2)
     return make_error(Errc::invalid_argument, "KV cache: int4 needs an even head_dim, not {}", hd);
   if (cfg.eviction == Eviction::sinks && (cfg.n_sink < 0 || cfg.n_sink >= cfg.n_ctx))
     return make_error(Errc::invalid_argument, "KV cache: {} attention sinks leave no window in a context of {}", cfg.n_sink,
                       cfg.n_ctx);
+  if (cfg.type == KvType::int4_kivi) return make_kivi_kv_cache(cfg);
   if (cfg.layout == Layout::paged) return make_paged_kv_cache(cfg);
   if (cfg.max_bytes) {
     const std::uint64_t need = bytes_per_token(cfg) * static_cast<std::uint64_t>(cfg.n_ctx) * static_cast<std::uint64_t>(cfg.max_seqs);

@@ -16,6 +16,7 @@ const char* kv_type_name(KvType t) {
     case KvType::f16: return "f16";
     case KvType::int8: return "int8";
     case KvType::int4: return "int4";
+    case KvType::int4_kivi: return "int4-kivi";
   }
   return "?";
 }
@@ -25,10 +26,12 @@ Result<KvType> parse_kv_type(std::string_view s) {
   if (s == "f16") return KvType::f16;
   if (s == "int8" || s == "q8_0") return KvType::int8;
   if (s == "int4" || s == "q4_0") return KvType::int4;
-  return make_error(Errc::invalid_argument, "unknown KV storage type '{}' (f32, f16, int8, int4)", s);
+  if (s == "int4-kivi") return KvType::int4_kivi;
+  return make_error(Errc::invalid_argument, "unknown KV storage type '{}' (f32, f16, int8, int4, int4-kivi)", s);
 }
 
 RowFormat RowFormat::make(KvType t, int kv_dim, int head_dim) {
+  if (t == KvType::int4_kivi) t = KvType::int4;
   RowFormat f;
   f.type = t;
   f.kv_dim = kv_dim;
@@ -43,10 +46,19 @@ RowFormat RowFormat::make(KvType t, int kv_dim, int head_dim) {
       f.bytes = f.scales + n;
       break;
     case KvType::int4:
+    case KvType::int4_kivi:
       f.scales = 2 * (n / static_cast<std::size_t>(f.group));
       f.bytes = f.scales + n / 2;
       break;
   }
+  return f;
+}
+
+RowFormat RowFormat::unscaled_int4(int kv_dim, int head_dim) {
+  RowFormat f = make(KvType::int4, kv_dim, head_dim);
+  f.scales = 0;
+  f.bytes = static_cast<std::size_t>(kv_dim) / 2;
+  f.unscaled = true;
   return f;
 }
 
@@ -80,11 +92,12 @@ float number_at(const RowFormat& f, const std::byte* row, int i) {
     }
     case KvType::int8:
       return scale_at(row, i / f.group) * static_cast<float>(static_cast<std::int8_t>(row[f.scales + static_cast<std::size_t>(i)]));
-    case KvType::int4: {
+    case KvType::int4:
+    case KvType::int4_kivi: {
       const int g = i / f.group, j = i % f.group, half = f.group / 2;
       const auto b = static_cast<unsigned>(row[f.scales + static_cast<std::size_t>(g * half + (j % half))]);
       const int q = static_cast<int>(j < half ? (b & 0x0F) : (b >> 4)) - 8;
-      return scale_at(row, g) * static_cast<float>(q);
+      return (f.unscaled ? 1.0f : scale_at(row, g)) * static_cast<float>(q);
     }
   }
   return 0;
@@ -112,7 +125,8 @@ void accumulate_scalar(const RowFormat& f, float* out, const float* att, const s
 // in a register (per group, then times the group's scale), the four reduced together.
 // Accumulate: the output slice (up to 64 numbers) stays in registers over all rows.
 
-__attribute__((target("avx2,fma,f16c"))) inline float scale_f16(const std::byte* row, int g) {
+__attribute__((target("avx2,fma,f16c"))) inline float scale_f16(const RowFormat& f, const std::byte* row, int g) {
+  if (f.unscaled) return 1.0f;
   std::uint16_t h;
   std::memcpy(&h, row + 2 * static_cast<std::size_t>(g), 2);
   return _cvtsh_ss(h);
@@ -161,7 +175,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 row_dot(const RowFormat& 
     for (int g = 0; g < hd; g += f.group) {
       __m256 s = _mm256_setzero_ps();
       for (int i = g; i < g + f.group; i += 8) s = _mm256_fmadd_ps(load8_at<T>(f, r, off + i), _mm256_loadu_ps(q + i), s);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_f16(r, (off + g) / f.group)), s, acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_f16(f, r, (off + g) / f.group)), s, acc);
     }
     return acc;
   }
@@ -197,7 +211,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 row_dot_i16(const RowForm
                                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qi + g + half + i))));
       }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_f16(r, (off + g) / f.group)), _mm256_cvtepi32_ps(s), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_f16(f, r, (off + g) / f.group)), _mm256_cvtepi32_ps(s), acc);
   }
   return acc;
 }
@@ -265,12 +279,12 @@ __attribute__((target("avx2,fma,f16c"))) void accumulate_slice(const RowFormat& 
       for (int i = 0; i < NR; ++i) acc[i] = _mm256_fmadd_ps(a, load8_at<T>(f, r, e0 + 8 * i), acc[i]);
     } else {  // one coefficient (weight × scale) per group the slice crosses
       int g = e0 / f.group;
-      __m256 a = _mm256_set1_ps(att[j] * scale_f16(r, g));
+      __m256 a = _mm256_set1_ps(att[j] * scale_f16(f, r, g));
       for (int i = 0; i < NR; ++i) {
         const int e = e0 + 8 * i;
         if (e / f.group != g) {
           g = e / f.group;
-          a = _mm256_set1_ps(att[j] * scale_f16(r, g));
+          a = _mm256_set1_ps(att[j] * scale_f16(f, r, g));
         }
         acc[i] = _mm256_fmadd_ps(a, load8_at<T>(f, r, e), acc[i]);
       }
@@ -320,8 +334,9 @@ void store_row(const RowFormat& f, std::byte* row, const float* x) {
       }
       return;
     case KvType::int8:
-    case KvType::int4: {
-      const bool four = f.type == KvType::int4;
+    case KvType::int4:
+    case KvType::int4_kivi: {
+      const bool four = f.type != KvType::int8;
       const float qmax = four ? 7.0f : 127.0f;
       const int half = f.group / 2;
       std::byte* data = row + f.scales;
@@ -352,6 +367,17 @@ void store_row(const RowFormat& f, std::byte* row, const float* x) {
   }
 }
 
+void store_row_unscaled(const RowFormat& f, std::byte* row, const float* x, const float* inv_scale) {
+  const int half = f.group / 2;
+  for (int g0 = 0; g0 < f.kv_dim; g0 += f.group)
+    for (int i = 0; i < half; ++i) {
+      auto q = [&](int k) {
+        return static_cast<unsigned>(std::clamp(std::nearbyint(x[k] * inv_scale[k]), -7.0f, 7.0f) + 8.0f);
+      };
+      row[g0 / 2 + i] = static_cast<std::byte>(q(g0 + i) | (q(g0 + half + i) << 4));
+    }
+}
+
 void load_row(const RowFormat& f, float* x, const std::byte* row) {
   for (int i = 0; i < f.kv_dim; ++i) x[i] = number_at(f, row, i);
 }
@@ -362,7 +388,8 @@ void row_scores(const RowFormat& f, float* att, const float* q, const std::byte*
       case KvType::f32: return scores_avx2<KvType::f32>(f, att, q, rows, n, off, hd, scale);
       case KvType::f16: return scores_avx2<KvType::f16>(f, att, q, rows, n, off, hd, scale);
       case KvType::int8: return scores_avx2<KvType::int8>(f, att, q, rows, n, off, hd, scale);
-      case KvType::int4: return scores_avx2<KvType::int4>(f, att, q, rows, n, off, hd, scale);
+      case KvType::int4:
+      case KvType::int4_kivi: return scores_avx2<KvType::int4>(f, att, q, rows, n, off, hd, scale);
     }
   }
   scores_scalar(f, att, q, rows, n, off, hd, scale);
@@ -374,7 +401,8 @@ void row_accumulate(const RowFormat& f, float* out, const float* att, const std:
       case KvType::f32: return accumulate_avx2<KvType::f32>(f, out, att, rows, n, off, hd);
       case KvType::f16: return accumulate_avx2<KvType::f16>(f, out, att, rows, n, off, hd);
       case KvType::int8: return accumulate_avx2<KvType::int8>(f, out, att, rows, n, off, hd);
-      case KvType::int4: return accumulate_avx2<KvType::int4>(f, out, att, rows, n, off, hd);
+      case KvType::int4:
+      case KvType::int4_kivi: return accumulate_avx2<KvType::int4>(f, out, att, rows, n, off, hd);
     }
   }
   accumulate_scalar(f, out, att, rows, n, off, hd);

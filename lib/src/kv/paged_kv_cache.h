@@ -1,4 +1,4 @@
-// The paged cache's factory (make_kv_cache calls it for Layout::paged).
+// The factories make_kv_cache calls: the paged cache, and the int4-kivi cache.
 #pragma once
 
 #include <memory>
@@ -8,5 +8,6 @@
 namespace lmp::kv {
 
 Result<std::unique_ptr<KvCache>> make_paged_kv_cache(const KvConfig& cfg);
+Result<std::unique_ptr<KvCache>> make_kivi_kv_cache(const KvConfig& cfg);
 
 }  // namespace lmp::kv

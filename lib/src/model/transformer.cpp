@@ -182,18 +182,23 @@ void Transformer::attend_head(int h, int pos, int n_visible, const float* q, flo
   const int hd = c.head_dim();
   const int kv_off = (h / (c.n_head / c.n_kv_head)) * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float q_moved[kMaxHeadDim];
+  float q_moved[kMaxHeadDim], q_scaled[kMaxHeadDim];
   int t = 0;
   for (const auto& b : blocks) {
     const int m = std::min(b.size(), n_visible - t);
     if (m <= 0) break;
+    const kv::RowFormat& kf = b.kfmt ? *b.kfmt : fmt;
     const float* qq = q;
     if (b.q_pos >= 0 && b.q_pos != pos) {
       std::copy(q, q + hd, q_moved);
       rope(q_moved, 1, hd, b.q_pos - pos, c.rope_theta, c.rope);  // rotations compose: pos + (q_pos - pos)
       qq = q_moved;
     }
-    kv::row_scores(fmt, att + t, qq, b.k + static_cast<std::size_t>(b.begin) * fmt.bytes, m, kv_off, hd, scale);
+    if (b.kscale) {  // per-channel key scales (int4-kivi): q · (s ⊙ k) = (q ⊙ s) · k
+      for (int i = 0; i < hd; ++i) q_scaled[i] = qq[i] * f16_to_f32(b.kscale[kv_off + i]);
+      qq = q_scaled;
+    }
+    kv::row_scores(kf, att + t, qq, b.k + static_cast<std::size_t>(b.begin) * kf.bytes, m, kv_off, hd, scale);
     t += m;
   }
   softmax(att, t);
@@ -202,7 +207,8 @@ void Transformer::attend_head(int h, int pos, int n_visible, const float* q, flo
   for (const auto& b : blocks) {
     const int m = std::min(b.size(), n_visible - t);
     if (m <= 0) break;
-    kv::row_accumulate(fmt, out, att + t, b.v + static_cast<std::size_t>(b.begin) * fmt.bytes, m, kv_off, hd);
+    const kv::RowFormat& vf = b.vfmt ? *b.vfmt : fmt;
+    kv::row_accumulate(vf, out, att + t, b.v + static_cast<std::size_t>(b.begin) * vf.bytes, m, kv_off, hd);
     t += m;
   }
 }

@@ -10,7 +10,9 @@
 //               V of those tokens), a block table per sequence, a free list, blocks taken
 //               on demand and reference-counted so that forked sequences share their
 //               common blocks; writing into a shared block copies it first (copy-on-write).
-// Storage types f32, f16, int8 and int4 (kv_rows.h). Eviction for long generations: none
+// Storage types f32, f16, int8 and int4 (kv_rows.h), and int4-kivi: int4 values, keys
+// per channel over groups of 32 tokens with the group being filled in f32 (contiguous
+// layout, no eviction). Eviction for long generations: none
 // (an error at the context limit), a sliding window, or attention sinks + window
 // (StreamingLLM).
 #pragma once
@@ -59,11 +61,18 @@ struct KvConfig {
 // A run of token rows of one layer and sequence: rows begin .. end-1 of k and v are live
 // (each RowFormat::bytes long, kv_rows.h). q_pos >= 0 (attention sinks after eviction):
 // these keys are attended by the query rotated to position q_pos instead of its own.
+//
+// The int4-kivi cache's blocks differ from its rows' format: kfmt / vfmt (when not null)
+// give the rows' formats, and kscale (when not null) the per-channel scales of the keys
+// (kv_dim f16): the keys are then unscaled int4 rows, met by the query times the scales.
 struct KvBlock {
   const std::byte* k = nullptr;
   const std::byte* v = nullptr;
   int begin = 0, end = 0;
   int q_pos = -1;
+  const RowFormat* kfmt = nullptr;
+  const RowFormat* vfmt = nullptr;
+  const std::uint16_t* kscale = nullptr;
   int size() const { return end - begin; }
 };
 

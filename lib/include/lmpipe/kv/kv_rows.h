@@ -20,25 +20,33 @@
 
 namespace lmp::kv {
 
-enum class KvType : std::uint8_t { f32, f16, int8, int4 };
+// int4_kivi: values as int4; keys quantized per channel (KIVI, Liu et al. 2024): a scale
+// per channel for each group of 32 tokens, the keys of the group being filled kept in f32
+// until it is complete (kv_cache.h). Its rows (values) are int4 rows.
+enum class KvType : std::uint8_t { f32, f16, int8, int4, int4_kivi };
 const char* kv_type_name(KvType t);
-Result<KvType> parse_kv_type(std::string_view s);  // f32, f16, int8 (or q8_0), int4 (or q4_0)
+// f32, f16, int8 (or q8_0), int4 (or q4_0), int4-kivi
+Result<KvType> parse_kv_type(std::string_view s);
 
 struct RowFormat {
-  KvType type = KvType::f32;
+  KvType type = KvType::f32;  // f32, f16, int8 or int4 (int4_kivi's rows are int4)
   int kv_dim = 0;
   int group = 0;           // numbers per scale (quantized types)
   std::size_t scales = 0;  // bytes of f16 scales at the start of a row
   std::size_t bytes = 0;   // bytes of a row, scales included
+  bool unscaled = false;   // int4 numbers without scales (KIVI's keys: the scales are per channel)
   static RowFormat make(KvType t, int kv_dim, int head_dim);
+  static RowFormat unscaled_int4(int kv_dim, int head_dim);
   // Bytes per number, scales included (4, 2, 1.0625, 0.5625 for groups of 32).
   double bytes_per_number() const { return static_cast<double>(bytes) / kv_dim; }
 };
 
 // row (fmt.bytes) = x (kv_dim) in the row's type
 void store_row(const RowFormat& fmt, std::byte* row, const float* x);
-// x (kv_dim) = row, dequantized
+// x (kv_dim) = row, dequantized (unscaled rows: the integers)
 void load_row(const RowFormat& fmt, float* x, const std::byte* row);
+// row (an unscaled int4 row) = round(x · inv_scale) clamped to -7..7: x (kv_dim), inv_scale (kv_dim)
+void store_row_unscaled(const RowFormat& fmt, std::byte* row, const float* x, const float* inv_scale);
 
 // Attention's two inner loops over n rows (consecutive, fmt.bytes apart), on the numbers
 // off .. off+hd-1 of each row (one head: off and hd multiples of the group):
