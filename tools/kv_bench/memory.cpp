@@ -66,11 +66,13 @@ Result<cli::Report> run_memory(const Common& com, const MemoryOptions& o) {
       const double per = static_cast<double>(measured) / kc.n_ctx;
       const double total = static_cast<double>(formula) * ctx;
       const bool own = v.kv_heads == c.n_kv_head;
-      t.add({v.name, std::to_string(v.kv_heads), kv::kv_type_name(type), cli::num(kv::RowFormat::make(type, kc.kv_dim, kc.head_dim).bytes_per_number(), 5),
-             std::to_string(formula), cli::num(per, 9), cli::num(total, 12), fmt_bytes(total), own ? "this model" : ""});
+      const double per_number = kv::RowFormat::make(type, kc.kv_dim, kc.head_dim).bytes_per_number();
+      t.add({v.name, std::to_string(v.kv_heads), kv::kv_type_name(type), cli::num(per_number, 5), std::to_string(formula),
+             cli::num(per, 9), cli::num(total, 12), fmt_bytes(total), own ? "this model" : ""});
       if (own) {
         cli::Series s{fmt::format("{} {}", v.name, kv::kv_type_name(type)), {}};
-        for (int i = 0; i <= 16; ++i) s.points.emplace_back(ctx * i / 16.0, static_cast<double>(formula) * ctx * i / 16.0 / 1048576.0);
+        for (int i = 0; i <= 16; ++i)
+          s.points.emplace_back(ctx * i / 16.0, static_cast<double>(formula) * ctx * i / 16.0 / 1048576.0);
         plot.series.push_back(std::move(s));
       }
     }
