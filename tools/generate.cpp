@@ -319,7 +319,7 @@ int main(int argc, char** argv) {
       "--emit text (needs -t), ids (one line), or logits (the f32 row each token was drawn from, one\n"
       ".npy array per token: pipe it to sample). At the end, on stderr: prompt and generation\n"
       "tok/s, time to first token, KV-cache bytes, peak memory (--json: as JSON). See docs/generate.md.\n\n"
-      "The KV cache (docs/kv-bench.md): --kv paged stores it in blocks of --kv-block tokens taken on\n"
+      "The KV cache (docs/kv-cache.md): --kv paged stores it in blocks of --kv-block tokens taken on\n"
       "demand; --num-samples K draws K continuations of one prompt, one per output line, which share\n"
       "the prompt's blocks (copy-on-write), and reports the memory saved against K separate caches.\n"
       "--kv-type int8/int4 quantizes keys and values per token in groups of 32. --kv-evict window\n"
