@@ -35,23 +35,16 @@ class KiviKvCache final : public KvCache {
       l.vw.resize(kGroup * kvd);
       l.v.resize(ctx * fmt_.bytes);
     }
-    len_.assign(static_cast<std::size_t>(cfg.max_seqs), std::vector<int>(static_cast<std::size_t>(cfg.n_layer), 0));
   }
 
   Status append(int layer, SeqId seq, std::span<const float> k, std::span<const float> v) override {
-    LMP_TRY(check_seq(seq));
-    std::vector<int>& len = len_[static_cast<std::size_t>(seq)];
-    const int i = len[static_cast<std::size_t>(layer)];
-    if (layer > 0 && i >= len[static_cast<std::size_t>(layer) - 1])
-      return make_error(Errc::internal, "KV cache: layer {} appended before layer {}", layer, layer - 1);
-    if (i >= cfg_.n_ctx)
-      return make_error(Errc::out_of_range, "the context is full: {} tokens (raise --ctx)", cfg_.n_ctx);
+    LMP_ASSIGN(const int i, begin_append(layer, seq));
     Lane& l = lane(seq, layer);
     const std::size_t slot = static_cast<std::size_t>(i % kGroup) * static_cast<std::size_t>(cfg_.kv_dim);
     std::memcpy(l.kw.data() + slot, k.data(), k.size_bytes());
     std::memcpy(l.vw.data() + slot, v.data(), v.size_bytes());
     if (i % kGroup == kGroup - 1) seal(l, i / kGroup);
-    ++len[static_cast<std::size_t>(layer)];
+    ++len_[static_cast<std::size_t>(seq)][static_cast<std::size_t>(layer)];
     return {};
   }
 
@@ -69,17 +62,12 @@ class KiviKvCache final : public KvCache {
                      len - sealed * kGroup, -1, &wfmt_, &wfmt_, nullptr});
   }
 
-  int length(SeqId seq) const override {
-    if (seq < 0 || seq >= cfg_.max_seqs) return 0;
-    return len_[static_cast<std::size_t>(seq)].back();
-  }
-
   // Cutting into a sealed group brings its kept keys back to the window, dequantized.
   Status truncate(SeqId seq, int n_keep) override {
-    LMP_TRY(check_seq(seq));
-    std::vector<int>& len = len_[static_cast<std::size_t>(seq)];
     n_keep = std::max(n_keep, 0);
-    if (n_keep >= len.back()) return {};
+    LMP_ASSIGN(const bool cut, check_truncate(seq, n_keep));
+    if (!cut) return {};
+    std::vector<int>& len = len_[static_cast<std::size_t>(seq)];
     const int g = n_keep / kGroup, r = n_keep % kGroup;
     for (int layer = 0; layer < cfg_.n_layer; ++layer) {
       Lane& l = lane(seq, layer);
@@ -99,14 +87,10 @@ class KiviKvCache final : public KvCache {
   }
 
   Status fork(SeqId src, SeqId dst) override {
-    LMP_TRY(check_seq(src));
-    LMP_TRY(check_seq(dst));
-    if (src == dst) return {};
-    if (length(dst) != 0) return make_error(Errc::invalid_argument, "fork: sequence {} is not empty", dst);
-    const auto& ls = len_[static_cast<std::size_t>(src)];
-    if (ls.front() != ls.back()) return make_error(Errc::internal, "fork: sequence {} is in the middle of a token", src);
+    if (src == dst) return check_seq(src);
+    LMP_TRY(check_fork(src, dst));
     for (int layer = 0; layer < cfg_.n_layer; ++layer) lane(dst, layer) = lane(src, layer);
-    len_[static_cast<std::size_t>(dst)] = ls;
+    len_[static_cast<std::size_t>(dst)] = len_[static_cast<std::size_t>(src)];
     return {};
   }
 
@@ -165,8 +149,7 @@ class KiviKvCache final : public KvCache {
 
   RowFormat kfmt_, wfmt_;
   int groups_;
-  std::vector<Lane> lanes_;              // (max_seqs, n_layer)
-  std::vector<std::vector<int>> len_;    // (max_seqs, n_layer)
+  std::vector<Lane> lanes_;  // (max_seqs, n_layer)
 };
 
 }  // namespace

@@ -35,12 +35,48 @@ std::uint64_t bytes_per_token(const KvConfig& cfg) {
   return 2 * static_cast<std::uint64_t>(cfg.n_layer) * RowFormat::make(cfg.type, cfg.kv_dim, cfg.head_dim).bytes;
 }
 
-KvCache::KvCache(const KvConfig& cfg) : cfg_(cfg), fmt_(RowFormat::make(cfg.type, cfg.kv_dim, cfg.head_dim)) {}
+KvCache::KvCache(const KvConfig& cfg)
+    : cfg_(cfg),
+      fmt_(RowFormat::make(cfg.type, cfg.kv_dim, cfg.head_dim)),
+      len_(static_cast<std::size_t>(cfg.max_seqs), std::vector<int>(static_cast<std::size_t>(cfg.n_layer), 0)) {}
 
 Status KvCache::check_seq(SeqId seq) const {
   if (seq < 0 || seq >= cfg_.max_seqs)
     return make_error(Errc::out_of_range, "sequence {} is outside the cache's 0..{}", seq, cfg_.max_seqs - 1);
   return {};
+}
+
+int KvCache::length(SeqId seq) const {
+  if (seq < 0 || seq >= cfg_.max_seqs) return 0;
+  return len_[static_cast<std::size_t>(seq)].back();
+}
+
+Result<int> KvCache::begin_append(int layer, SeqId seq) const {
+  LMP_TRY(check_seq(seq));
+  const std::vector<int>& len = len_[static_cast<std::size_t>(seq)];
+  const int i = len[static_cast<std::size_t>(layer)];
+  if (layer > 0 && i >= len[static_cast<std::size_t>(layer) - 1])
+    return make_error(Errc::internal, "KV cache: layer {} appended before layer {}", layer, layer - 1);
+  if (cfg_.eviction == Eviction::none && i >= cfg_.n_ctx)
+    return make_error(Errc::out_of_range, "the context is full: {} tokens (raise --ctx, or evict with --kv-evict)", cfg_.n_ctx);
+  return i;
+}
+
+Status KvCache::check_fork(SeqId src, SeqId dst) const {
+  LMP_TRY(check_seq(src));
+  LMP_TRY(check_seq(dst));
+  if (length(dst) != 0) return make_error(Errc::invalid_argument, "fork: sequence {} is not empty", dst);
+  const auto& ls = len_[static_cast<std::size_t>(src)];
+  if (ls.front() != ls.back()) return make_error(Errc::internal, "fork: sequence {} is in the middle of a token", src);
+  return {};
+}
+
+Result<bool> KvCache::check_truncate(SeqId seq, int n_keep) const {
+  LMP_TRY(check_seq(seq));
+  if (n_keep >= length(seq)) return false;
+  if (live_ranges(length(seq)).evicted)
+    return make_error(Errc::unsupported, "sequence {}: cannot truncate to {} tokens, its oldest have been evicted", seq, n_keep);
+  return true;
 }
 
 KvCache::LiveRanges KvCache::live_ranges(int len) const {
@@ -73,21 +109,14 @@ class ContiguousKvCache final : public KvCache {
       : KvCache(cfg),
         plane_(static_cast<std::size_t>(cfg.n_ctx) * fmt_.bytes),
         data_(std::make_unique_for_overwrite<std::byte[]>(plane_ * 2 * static_cast<std::size_t>(cfg.n_layer) *
-                                                          static_cast<std::size_t>(cfg.max_seqs))),
-        len_(static_cast<std::size_t>(cfg.max_seqs), std::vector<int>(static_cast<std::size_t>(cfg.n_layer), 0)) {}
+                                                          static_cast<std::size_t>(cfg.max_seqs))) {}
 
   Status append(int layer, SeqId seq, std::span<const float> k, std::span<const float> v) override {
-    LMP_TRY(check_seq(seq));
-    std::vector<int>& len = len_[static_cast<std::size_t>(seq)];
-    const int i = len[static_cast<std::size_t>(layer)];
-    if (layer > 0 && i >= len[static_cast<std::size_t>(layer) - 1])
-      return make_error(Errc::internal, "KV cache: layer {} appended before layer {}", layer, layer - 1);
-    if (cfg_.eviction == Eviction::none && i >= cfg_.n_ctx)
-      return make_error(Errc::out_of_range, "the context is full: {} tokens (raise --ctx, or evict with --kv-evict)", cfg_.n_ctx);
+    LMP_ASSIGN(const int i, begin_append(layer, seq));
     const std::size_t r = row(i);
     store_row(fmt_, plane(seq, layer, 0) + r * fmt_.bytes, k.data());
     store_row(fmt_, plane(seq, layer, 1) + r * fmt_.bytes, v.data());
-    ++len[static_cast<std::size_t>(layer)];
+    ++len_[static_cast<std::size_t>(seq)][static_cast<std::size_t>(layer)];
     return {};
   }
 
@@ -108,29 +137,18 @@ class ContiguousKvCache final : public KvCache {
     }
   }
 
-  int length(SeqId seq) const override {
-    if (seq < 0 || seq >= cfg_.max_seqs) return 0;
-    return len_[static_cast<std::size_t>(seq)].back();
-  }
-
   Status truncate(SeqId seq, int n_keep) override {
-    LMP_TRY(check_seq(seq));
-    std::vector<int>& len = len_[static_cast<std::size_t>(seq)];
     n_keep = std::max(n_keep, 0);
-    if (n_keep >= len.back()) return {};
-    if (live_ranges(len.back()).evicted)
-      return make_error(Errc::unsupported, "sequence {}: cannot truncate to {} tokens, its oldest have been evicted", seq, n_keep);
-    for (int& n : len) n = std::min(n, n_keep);
+    LMP_ASSIGN(const bool cut, check_truncate(seq, n_keep));
+    if (cut)
+      for (int& n : len_[static_cast<std::size_t>(seq)]) n = std::min(n, n_keep);
     return {};
   }
 
   Status fork(SeqId src, SeqId dst) override {
-    LMP_TRY(check_seq(src));
-    LMP_TRY(check_seq(dst));
-    if (src == dst) return {};
+    if (src == dst) return check_seq(src);
+    LMP_TRY(check_fork(src, dst));
     const auto& ls = len_[static_cast<std::size_t>(src)];
-    if (length(dst) != 0) return make_error(Errc::invalid_argument, "fork: sequence {} is not empty", dst);
-    if (ls.front() != ls.back()) return make_error(Errc::internal, "fork: sequence {} is in the middle of a token", src);
     const std::size_t rows = static_cast<std::size_t>(std::min(ls.back(), cfg_.n_ctx));
     for (int l = 0; l < cfg_.n_layer; ++l)
       for (int kv = 0; kv < 2; ++kv) std::memcpy(plane(dst, l, kv), plane(src, l, kv), rows * fmt_.bytes);
@@ -166,7 +184,6 @@ class ContiguousKvCache final : public KvCache {
 
   std::size_t plane_;                    // bytes of one (n_ctx, row) plane
   std::unique_ptr<std::byte[]> data_;    // (max_seqs, n_layer, 2, n_ctx, row), uninitialised
-  std::vector<std::vector<int>> len_;    // (max_seqs, n_layer) tokens appended
 };
 
 }  // namespace

@@ -21,18 +21,11 @@ class PagedKvCache final : public KvCache {
         plane_(static_cast<std::size_t>(cfg.block_size) * fmt_.bytes),
         block_bytes_(plane_ * 2 * static_cast<std::size_t>(cfg.n_layer)),
         max_blocks_(max_blocks),
-        seqs_(static_cast<std::size_t>(cfg.max_seqs)) {
-    for (Seq& s : seqs_) s.len.assign(static_cast<std::size_t>(cfg.n_layer), 0);
-  }
+        seqs_(static_cast<std::size_t>(cfg.max_seqs)) {}
 
   Status append(int layer, SeqId seq, std::span<const float> k, std::span<const float> v) override {
-    LMP_TRY(check_seq(seq));
+    LMP_ASSIGN(const int i, begin_append(layer, seq));
     Seq& s = seqs_[static_cast<std::size_t>(seq)];
-    const int i = s.len[static_cast<std::size_t>(layer)];
-    if (layer > 0 && i >= s.len[static_cast<std::size_t>(layer) - 1])
-      return make_error(Errc::internal, "KV cache: layer {} appended before layer {}", layer, layer - 1);
-    if (cfg_.eviction == Eviction::none && i >= cfg_.n_ctx)
-      return make_error(Errc::out_of_range, "the context is full: {} tokens (raise --ctx, or evict with --kv-evict)", cfg_.n_ctx);
     const auto b = static_cast<std::size_t>(i / bs_);
     if (layer == 0) {  // the first layer of a token finds its slot
       if (b == s.table.size()) {
@@ -50,33 +43,26 @@ class PagedKvCache final : public KvCache {
     std::byte* base = block(s.table[b]) + static_cast<std::size_t>(layer) * 2 * plane_;
     store_row(fmt_, base + r, k.data());
     store_row(fmt_, base + plane_ + r, v.data());
-    ++s.len[static_cast<std::size_t>(layer)];
-    if (layer + 1 == cfg_.n_layer) free_evicted(s);
+    ++len_[static_cast<std::size_t>(seq)][static_cast<std::size_t>(layer)];
+    if (layer + 1 == cfg_.n_layer) free_evicted(s, length(seq));
     return {};
   }
 
   void blocks(int layer, SeqId seq, std::vector<KvBlock>& out) const override {
     out.clear();
     const Seq& s = seqs_[static_cast<std::size_t>(seq)];
-    const int len = s.len[static_cast<std::size_t>(layer)];
+    const int len = len_[static_cast<std::size_t>(seq)][static_cast<std::size_t>(layer)];
     const LiveRanges lr = live_ranges(len);
     add_range(out, s, layer, 0, lr.s1, lr.evicted ? cfg_.n_ctx - 1 : -1);
     add_range(out, s, layer, lr.w0, len, -1);
   }
 
-  int length(SeqId seq) const override {
-    if (seq < 0 || seq >= cfg_.max_seqs) return 0;
-    return seqs_[static_cast<std::size_t>(seq)].len.back();
-  }
-
   Status truncate(SeqId seq, int n_keep) override {
-    LMP_TRY(check_seq(seq));
-    Seq& s = seqs_[static_cast<std::size_t>(seq)];
     n_keep = std::max(n_keep, 0);
-    if (n_keep >= s.len.back()) return {};
-    if (live_ranges(s.len.back()).evicted)
-      return make_error(Errc::unsupported, "sequence {}: cannot truncate to {} tokens, its oldest have been evicted", seq, n_keep);
-    for (int& n : s.len) n = std::min(n, n_keep);
+    LMP_ASSIGN(const bool cut, check_truncate(seq, n_keep));
+    if (!cut) return {};
+    Seq& s = seqs_[static_cast<std::size_t>(seq)];
+    for (int& n : len_[static_cast<std::size_t>(seq)]) n = std::min(n, n_keep);
     const auto keep_blocks = static_cast<std::size_t>((n_keep + bs_ - 1) / bs_);
     while (s.table.size() > keep_blocks) {
       drop_block(s.table.back());
@@ -86,14 +72,11 @@ class PagedKvCache final : public KvCache {
   }
 
   Status fork(SeqId src, SeqId dst) override {
-    LMP_TRY(check_seq(src));
-    LMP_TRY(check_seq(dst));
-    if (src == dst) return {};
-    const Seq& a = seqs_[static_cast<std::size_t>(src)];
+    if (src == dst) return check_seq(src);
+    LMP_TRY(check_fork(src, dst));
     Seq& d = seqs_[static_cast<std::size_t>(dst)];
-    if (!d.table.empty() || d.len.back() != 0) return make_error(Errc::invalid_argument, "fork: sequence {} is not empty", dst);
-    if (a.len.front() != a.len.back()) return make_error(Errc::internal, "fork: sequence {} is in the middle of a token", src);
-    d = a;
+    d = seqs_[static_cast<std::size_t>(src)];
+    len_[static_cast<std::size_t>(dst)] = len_[static_cast<std::size_t>(src)];
     for (std::int32_t id : d.table)
       if (id >= 0) ++ref_[static_cast<std::size_t>(id)];
     return {};
@@ -106,7 +89,7 @@ class PagedKvCache final : public KvCache {
       if (id >= 0) drop_block(id);
     s.table.clear();
     s.freed_upto = 0;
-    std::fill(s.len.begin(), s.len.end(), 0);
+    std::fill(len_[static_cast<std::size_t>(seq)].begin(), len_[static_cast<std::size_t>(seq)].end(), 0);
   }
 
   KvStats stats() const override {
@@ -117,7 +100,7 @@ class PagedKvCache final : public KvCache {
     for (SeqId q = 0; q < cfg_.max_seqs; ++q) {
       st.tokens += live(q);
       const Seq& s = seqs_[static_cast<std::size_t>(q)];
-      const int len = s.len.back();
+      const int len = length(q);
       const LiveRanges lr = live_ranges(len);
       for (std::size_t b = 0; b < s.table.size(); ++b) {
         if (s.table[b] < 0) continue;
@@ -148,7 +131,6 @@ class PagedKvCache final : public KvCache {
  private:
   struct Seq {
     std::vector<std::int32_t> table;  // logical block → pool block, -1 once evicted
-    std::vector<int> len;             // (n_layer) tokens appended
     int freed_upto = 0;               // logical blocks below this were checked for eviction
   };
 
@@ -179,8 +161,8 @@ class PagedKvCache final : public KvCache {
 
   // Under eviction, the blocks whose tokens have all left (neither sinks nor in the window
   // of the last layer) go back to the pool.
-  void free_evicted(Seq& s) {
-    const LiveRanges lr = live_ranges(s.len.back());
+  void free_evicted(Seq& s, int len) {
+    const LiveRanges lr = live_ranges(len);
     if (!lr.evicted) return;
     const int first = (lr.s1 + bs_ - 1) / bs_;  // blocks before it hold sinks
     const int end = lr.w0 / bs_;                // blocks from it on hold window tokens

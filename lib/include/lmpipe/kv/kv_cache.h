@@ -99,7 +99,7 @@ class KvCache {
   // The live blocks of `layer` for `seq`, in token order.
   virtual void blocks(int layer, SeqId seq, std::vector<KvBlock>& out) const = 0;
   // Tokens appended to `seq` (in its last layer: those fully processed), evicted ones included.
-  virtual int length(SeqId seq) const = 0;
+  int length(SeqId seq) const;
   // Tokens of `seq` that attention sees (length() less the evicted ones).
   int live(SeqId seq) const;
   // How many more tokens `seq` takes without evicting or failing.
@@ -118,6 +118,13 @@ class KvCache {
  protected:
   explicit KvCache(const KvConfig& cfg);
   Status check_seq(SeqId seq) const;
+  // What every storage checks before an append: the sequence, the layer order, the
+  // context limit (without eviction). The token's index in the layer.
+  Result<int> begin_append(int layer, SeqId seq) const;
+  // Before a fork: both sequences valid, dst empty, src between two tokens.
+  Status check_fork(SeqId src, SeqId dst) const;
+  // Before a truncation: an error below evicted tokens; false when nothing is cut.
+  Result<bool> check_truncate(SeqId seq, int n_keep) const;
   // The live token range(s) of a sequence of `len` tokens: sinks [0, s1) and window [w0, len).
   struct LiveRanges {
     int s1 = 0, w0 = 0;
@@ -127,6 +134,7 @@ class KvCache {
 
   KvConfig cfg_;
   RowFormat fmt_;
+  std::vector<std::vector<int>> len_;  // (max_seqs, n_layer) tokens appended per sequence and layer
 };
 
 // The storage the config asks for; errors for a config that cannot work (zero sizes, a
