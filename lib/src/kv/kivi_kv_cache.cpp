@@ -94,10 +94,6 @@ class KiviKvCache final : public KvCache {
     return {};
   }
 
-  void release(SeqId seq) override {
-    if (seq >= 0 && seq < cfg_.max_seqs) std::fill(len_[static_cast<std::size_t>(seq)].begin(), len_[static_cast<std::size_t>(seq)].end(), 0);
-  }
-
   KvStats stats() const override {
     KvStats s;
     for (SeqId q = 0; q < cfg_.max_seqs; ++q) s.tokens += live(q);

@@ -51,6 +51,10 @@ int KvCache::length(SeqId seq) const {
   return len_[static_cast<std::size_t>(seq)].back();
 }
 
+void KvCache::release(SeqId seq) {
+  if (seq >= 0 && seq < cfg_.max_seqs) std::fill(len_[static_cast<std::size_t>(seq)].begin(), len_[static_cast<std::size_t>(seq)].end(), 0);
+}
+
 Result<int> KvCache::begin_append(int layer, SeqId seq) const {
   LMP_TRY(check_seq(seq));
   const std::vector<int>& len = len_[static_cast<std::size_t>(seq)];
@@ -154,10 +158,6 @@ class ContiguousKvCache final : public KvCache {
       for (int kv = 0; kv < 2; ++kv) std::memcpy(plane(dst, l, kv), plane(src, l, kv), rows * fmt_.bytes);
     len_[static_cast<std::size_t>(dst)] = ls;
     return {};
-  }
-
-  void release(SeqId seq) override {
-    if (seq >= 0 && seq < cfg_.max_seqs) std::fill(len_[static_cast<std::size_t>(seq)].begin(), len_[static_cast<std::size_t>(seq)].end(), 0);
   }
 
   KvStats stats() const override {

@@ -89,7 +89,7 @@ class PagedKvCache final : public KvCache {
       if (id >= 0) drop_block(id);
     s.table.clear();
     s.freed_upto = 0;
-    std::fill(len_[static_cast<std::size_t>(seq)].begin(), len_[static_cast<std::size_t>(seq)].end(), 0);
+    KvCache::release(seq);
   }
 
   KvStats stats() const override {

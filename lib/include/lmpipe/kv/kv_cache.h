@@ -109,8 +109,8 @@ class KvCache {
   // Make `dst` (empty) a copy of `src`: the paged cache shares the blocks, the contiguous
   // one copies the rows.
   virtual Status fork(SeqId src, SeqId dst) = 0;
-  // Drop every token of `seq`, its blocks back to the free list.
-  virtual void release(SeqId seq) = 0;
+  // Drop every token of `seq` (the paged cache: its blocks back to the free list).
+  virtual void release(SeqId seq);
   virtual KvStats stats() const = 0;
   // Bytes of the storage `seq` refers to, shared blocks included: what it would take alone.
   virtual std::uint64_t bytes_held(SeqId seq) const = 0;
