@@ -61,8 +61,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   auto common = [&](CLI::App* sc, bool runnable) {
     sc->add_option("-m,--model", com.spec.file, "a GGUF or llama2.c model file");
-    sc->add_option("--preset", com.spec.preset, "a model shape: " + fmt::format("{}", fmt::join(model::preset_names(), ", ")))
-        ->check(CLI::IsMember(model::preset_names()));
+    sc->add_option("--preset", com.spec.preset,
+                   "a model shape: " + fmt::format("{}", fmt::join(model::preset_names(), ", ")) + " (7b, 13b, 70b: Llama-2's)")
+        ->check(CLI::Validator(
+            [](std::string& v) {
+              return model::preset(v) ? std::string() : fmt::format("unknown preset '{}' ({})", v, fmt::join(model::preset_names(), ", "));
+            },
+            "NAME"));
     sc->add_option("--n-layer", com.spec.shape.n_layer, "layers (alone, or over the preset's)")->check(CLI::Range(1, 1 << 12));
     sc->add_option("--n-embd", com.spec.shape.n_embd, "model width")->check(CLI::Range(2, 1 << 20));
     sc->add_option("--n-head", com.spec.shape.n_head, "attention heads")->check(CLI::Range(1, 1 << 12));
@@ -145,6 +150,7 @@ int main(int argc, char** argv) {
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
     if (json && csv) throw cli::UsageError("--json and --csv: choose one");
     if (quiet) cli::set_quiet(true);
+    if (com.spec.preset == "7b" || com.spec.preset == "13b" || com.spec.preset == "70b") com.spec.preset = "llama2-" + com.spec.preset;
     com.format = json ? cli::ReportFormat::json : csv ? cli::ReportFormat::csv : cli::ReportFormat::text;
     if (!com.spec.file.empty() && !com.spec.preset.empty()) throw cli::UsageError("give -m FILE or --preset NAME, not both");
     const bool runs = sp->parsed() || qu->parsed() || pg->parsed();

@@ -11,6 +11,7 @@ using tensor_io::MetaValue;
 using tensor_io::TensorOut;
 
 std::optional<Config> preset(std::string_view name) {
+  if (name == "7b" || name == "13b" || name == "70b") return preset(fmt::format("llama2-{}", name));
   Config c;
   c.arch = "llama";
   c.n_vocab = 32000;

@@ -15,7 +15,8 @@
 namespace lmp::model {
 
 // The shapes of stories15M, stories110M, tinyllama-1.1b, llama2-7b, llama2-13b and
-// llama2-70b (n_vocab 32000 each); nullopt for other names.
+// llama2-70b (n_vocab 32000 each; 7b, 13b and 70b name the Llama-2 ones too); nullopt for
+// other names.
 std::optional<Config> preset(std::string_view name);
 std::vector<std::string> preset_names();
 // Parameters of a model of shape `c` (embedding, layers, final norm, output unless tied).
