@@ -291,6 +291,8 @@ int main(int argc, char** argv) {
   CLI::App* synth = app.add_subcommand("synth", "write a LLaMA-shaped GGUF with random weights (for tests and benchmarks)");
   synth->add_option("--preset", synth_preset, "stories15M, stories110M, tinyllama-1.1b, llama2-7b, llama2-13b, llama2-70b")
       ->check(CLI::IsMember(model::preset_names()));
+  synth->add_option("--arch", shape.arch, "llama (default) or qwen2 (q/k/v biases, the halves RoPE layout)")
+      ->check(CLI::IsMember({"llama", "qwen2"}));
   synth->add_option("--n-embd", shape.n_embd, "model width");
   synth->add_option("--n-layer", shape.n_layer, "layers");
   synth->add_option("--n-head", shape.n_head, "attention heads");
@@ -341,6 +343,7 @@ int main(int argc, char** argv) {
         over("--n-ff", c.n_ff, shape.n_ff);
         over("--n-vocab", c.n_vocab, shape.n_vocab);
         over("--n-ctx", c.n_ctx_train, shape.n_ctx_train);
+        c.arch = shape.arch;
       } else {
         if (!c.n_embd || !c.n_layer || !c.n_head || !c.n_ff || !c.n_vocab)
           throw cli::UsageError("synth needs --preset, or --n-embd, --n-layer, --n-head, --n-ff and --n-vocab");

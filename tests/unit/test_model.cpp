@@ -258,3 +258,35 @@ TEST_CASE("softmax: the vectorised exponential within 1e-6 of std::exp, any leng
   CHECK(big[2] >= 0.0f);
   CHECK(big[2] < 1e-30f);
 }
+
+TEST_CASE("a random Qwen2 model (q/k/v biases, halves RoPE): steps equal the batch, paged equals contiguous", "[model]") {
+  const std::string p = temp_path("qwen2.gguf");
+  Config q = tiny_config();
+  q.arch = "qwen2";
+  REQUIRE(write_random_gguf(p, q, DType::f32, 13).ok());
+  auto f = tensor_io::TensorFile::open(p);
+  REQUIRE(f.ok());
+  auto m = Transformer::load(**f);
+  REQUIRE(m.ok());
+  const Config& c = (*m)->config();
+  CHECK(c.arch == "qwen2");
+  CHECK(c.rope == RopeLayout::halves);
+  CHECK_THAT((*m)->describe(), Catch::StartsWith("qwen2:"));
+  ThreadPool pool(2);
+  const std::vector<TokenId> seq = {1, 5, 17, 42, 99, 3, 7, 8};
+  kv::KvConfig kc{c.n_layer, 16, c.kv_dim()};
+  kc.head_dim = c.head_dim();
+  auto steps = new_cache(kc);
+  std::vector<float> step(static_cast<std::size_t>(c.n_vocab)), batch(step.size()), paged(step.size());
+  for (std::size_t i = 0; i < seq.size(); ++i) REQUIRE((*m)->forward(seq[i], static_cast<int>(i), *steps, step.data(), pool).ok());
+  auto whole = new_cache(kc);
+  REQUIRE((*m)->forward_batch(seq, 0, *whole, batch.data(), pool).ok());
+  const double range = *std::max_element(step.begin(), step.end()) - *std::min_element(step.begin(), step.end());
+  CHECK(max_abs(step, batch) <= 1e-4 * std::max(range, 1e-3));
+  kc.layout = kv::Layout::paged;
+  kc.block_size = 3;
+  auto pc = new_cache(kc);
+  for (std::size_t i = 0; i < seq.size(); ++i) REQUIRE((*m)->forward(seq[i], static_cast<int>(i), *pc, paged.data(), pool).ok());
+  CHECK(paged == step);
+  std::remove(p.c_str());
+}

@@ -119,6 +119,8 @@ void random_rows(std::byte* dst, DType dtype, std::int64_t rows, std::int64_t co
 }  // namespace
 
 Status write_random_gguf(const std::string& path, const Config& c, DType dtype, std::uint64_t seed) {
+  if (c.arch != "llama" && c.arch != "qwen2")
+    return make_error(Errc::invalid_argument, "architecture '{}': llama or qwen2", c.arch);
   if (c.n_embd % c.n_head || c.n_head % c.n_kv_head || c.head_dim() % 2)
     return make_error(Errc::invalid_argument, "{} heads ({} kv) do not divide n_embd {} into even head sizes", c.n_head,
                       c.n_kv_head, c.n_embd);
@@ -148,6 +150,11 @@ Status write_random_gguf(const std::string& path, const Config& c, DType dtype, 
     add(n("attn_q.weight"), dtype, E, E);
     add(n("attn_k.weight"), dtype, KV, E);
     add(n("attn_v.weight"), dtype, KV, E);
+    if (c.arch == "qwen2") {  // Qwen2's q/k/v biases (f32 vectors)
+      add(n("attn_q.bias"), DType::f32, 0, E);
+      add(n("attn_k.bias"), DType::f32, 0, KV);
+      add(n("attn_v.bias"), DType::f32, 0, KV);
+    }
     add(n("attn_output.weight"), dtype, E, E);
     add(n("ffn_norm.weight"), DType::f32, 0, E, true);
     add(n("ffn_gate.weight"), dtype, F, E);

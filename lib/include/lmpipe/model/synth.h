@@ -22,7 +22,8 @@ std::vector<std::string> preset_names();
 // Parameters of a model of shape `c` (embedding, layers, final norm, output unless tied).
 std::uint64_t param_count(const Config& c);
 
-// A GGUF with random weights (uniform, standard deviation 0.02; norms 1) of shape `c` in
+// A GGUF with random weights (uniform, standard deviation 0.02; norms 1) of shape `c`
+// (c.arch llama, or qwen2: q/k/v biases too, and the halves RoPE layout) in
 // `dtype` (norms stay f32), a SentencePiece-style placeholder vocabulary of c.n_vocab tokens
 // (<unk> <s> </s>, the 256 byte tokens, then "▁t<i>"), so that llama.cpp loads it too.
 // Written one tensor at a time: memory stays that of the largest tensor.
