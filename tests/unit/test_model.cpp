@@ -32,6 +32,24 @@ std::unique_ptr<kv::KvCache> new_cache(const kv::KvConfig& kc) {
   return std::move(*c);
 }
 
+// A random model of shape `c` written to a temporary GGUF, opened and loaded; the file
+// goes when this does.
+struct RandomModel {
+  std::string path;
+  std::unique_ptr<tensor_io::TensorFile> file;
+  std::unique_ptr<Transformer> model;
+  RandomModel(const std::string& name, const Config& c, std::uint64_t seed) : path(temp_path(name)) {
+    REQUIRE(write_random_gguf(path, c, DType::f32, seed).ok());
+    auto f = tensor_io::TensorFile::open(path);
+    REQUIRE(f.ok());
+    file = std::move(*f);
+    auto m = Transformer::load(*file);
+    REQUIRE(m.ok());
+    model = std::move(*m);
+  }
+  ~RandomModel() { std::remove(path.c_str()); }
+};
+
 double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
@@ -107,13 +125,9 @@ TEST_CASE("rope: the adjacent and the halves layouts are one rotation under a pe
 }
 
 TEST_CASE("a random model: one token at a time equals the batch; cached equals recomputed; errors", "[model]") {
-  const std::string p = temp_path("tiny.gguf");
-  REQUIRE(write_random_gguf(p, tiny_config(), DType::f32, 5).ok());
-  auto f = tensor_io::TensorFile::open(p);
-  REQUIRE(f.ok());
-  auto m = Transformer::load(**f);
-  REQUIRE(m.ok());
-  const Config& c = (*m)->config();
+  RandomModel rm("tiny.gguf", tiny_config(), 5);
+  auto& m = rm.model;
+  const Config& c = m->config();
   CHECK(c.n_kv_head == 2);
   CHECK(c.tied);
   ThreadPool pool(2);
@@ -122,23 +136,22 @@ TEST_CASE("a random model: one token at a time equals the batch; cached equals r
   // Token by token with the cache.
   auto cache = new_cache(kc);
   std::vector<float> step(static_cast<std::size_t>(c.n_vocab)), batch(step.size());
-  for (std::size_t i = 0; i < seq.size(); ++i) REQUIRE((*m)->forward(seq[i], static_cast<int>(i), *cache, step.data(), pool).ok());
+  for (std::size_t i = 0; i < seq.size(); ++i) REQUIRE(m->forward(seq[i], static_cast<int>(i), *cache, step.data(), pool).ok());
   CHECK(cache->length(0) == static_cast<int>(seq.size()));
   CHECK(cache->stats().used == 2 * seq.size() * static_cast<std::size_t>(c.n_layer * c.kv_dim()) * 4);
   // The whole sequence at once (what --no-cache recomputes every step).
   auto fresh = new_cache(kc);
-  REQUIRE((*m)->forward_batch(seq, 0, *fresh, batch.data(), pool).ok());
+  REQUIRE(m->forward_batch(seq, 0, *fresh, batch.data(), pool).ok());
   double range = *std::max_element(step.begin(), step.end()) - *std::min_element(step.begin(), step.end());
   CHECK(max_abs(step, batch) <= 1e-4 * std::max(range, 1e-3));
   // Errors: an id outside the vocabulary, a full context.
-  CHECK_FALSE((*m)->forward(100, static_cast<int>(seq.size()), *cache, step.data(), pool).ok());
+  CHECK_FALSE(m->forward(100, static_cast<int>(seq.size()), *cache, step.data(), pool).ok());
   auto small = new_cache(kv::KvConfig{c.n_layer, 2, c.kv_dim()});
-  REQUIRE((*m)->forward(1, 0, *small, step.data(), pool).ok());
-  REQUIRE((*m)->forward(2, 1, *small, step.data(), pool).ok());
-  auto full = (*m)->forward(3, 2, *small, step.data(), pool);
+  REQUIRE(m->forward(1, 0, *small, step.data(), pool).ok());
+  REQUIRE(m->forward(2, 1, *small, step.data(), pool).ok());
+  auto full = m->forward(3, 2, *small, step.data(), pool);
   REQUIRE_FALSE(full.ok());
   CHECK_THAT(full.error().message, Catch::Contains("context is full"));
-  std::remove(p.c_str());
 }
 
 TEST_CASE("q8_0 and f16 weights stay close to f32 on the same random model", "[model]") {
@@ -173,13 +186,9 @@ TEST_CASE("q8_0 and f16 weights stay close to f32 on the same random model", "[m
 }
 
 TEST_CASE("the model on every cache: paged equals contiguous, quantized caches stay close, eviction runs on", "[model][kv]") {
-  const std::string p = temp_path("kvs.gguf");
-  REQUIRE(write_random_gguf(p, tiny_config(), DType::f32, 11).ok());
-  auto f = tensor_io::TensorFile::open(p);
-  REQUIRE(f.ok());
-  auto m = Transformer::load(**f);
-  REQUIRE(m.ok());
-  const Config& c = (*m)->config();
+  RandomModel rm("kvs.gguf", tiny_config(), 11);
+  auto& m = rm.model;
+  const Config& c = m->config();
   ThreadPool pool(2);
   std::vector<TokenId> seq;
   for (int i = 0; i < 40; ++i) seq.push_back((i * 37 + 11) % c.n_vocab);
@@ -189,10 +198,10 @@ TEST_CASE("the model on every cache: paged equals contiguous, quantized caches s
     kc.head_dim = c.head_dim();
     auto cache = new_cache(kc);
     std::vector<float> logits(static_cast<std::size_t>(c.n_vocab)), all;
-    REQUIRE((*m)->forward_batch(std::span<const TokenId>(seq).first(prompt), 0, *cache, logits.data(), pool).ok());
+    REQUIRE(m->forward_batch(std::span<const TokenId>(seq).first(prompt), 0, *cache, logits.data(), pool).ok());
     all = logits;
     for (std::size_t i = prompt; i < seq.size(); ++i) {
-      REQUIRE((*m)->forward(seq[i], static_cast<int>(i), *cache, logits.data(), pool).ok());
+      REQUIRE(m->forward(seq[i], static_cast<int>(i), *cache, logits.data(), pool).ok());
       all.insert(all.end(), logits.begin(), logits.end());
     }
     return all;
@@ -233,7 +242,6 @@ TEST_CASE("the model on every cache: paged equals contiguous, quantized caches s
       CHECK(max_abs(a, b) <= 1e-4 * range);
     }
   }
-  std::remove(p.c_str());
 }
 
 TEST_CASE("softmax: the vectorised exponential within 1e-6 of std::exp, any length", "[model][ops]") {
@@ -260,33 +268,28 @@ TEST_CASE("softmax: the vectorised exponential within 1e-6 of std::exp, any leng
 }
 
 TEST_CASE("a random Qwen2 model (q/k/v biases, halves RoPE): steps equal the batch, paged equals contiguous", "[model]") {
-  const std::string p = temp_path("qwen2.gguf");
   Config q = tiny_config();
   q.arch = "qwen2";
-  REQUIRE(write_random_gguf(p, q, DType::f32, 13).ok());
-  auto f = tensor_io::TensorFile::open(p);
-  REQUIRE(f.ok());
-  auto m = Transformer::load(**f);
-  REQUIRE(m.ok());
-  const Config& c = (*m)->config();
+  RandomModel rm("qwen2.gguf", q, 13);
+  auto& m = rm.model;
+  const Config& c = m->config();
   CHECK(c.arch == "qwen2");
   CHECK(c.rope == RopeLayout::halves);
-  CHECK_THAT((*m)->describe(), Catch::StartsWith("qwen2:"));
+  CHECK_THAT(m->describe(), Catch::StartsWith("qwen2:"));
   ThreadPool pool(2);
   const std::vector<TokenId> seq = {1, 5, 17, 42, 99, 3, 7, 8};
   kv::KvConfig kc{c.n_layer, 16, c.kv_dim()};
   kc.head_dim = c.head_dim();
   auto steps = new_cache(kc);
   std::vector<float> step(static_cast<std::size_t>(c.n_vocab)), batch(step.size()), paged(step.size());
-  for (std::size_t i = 0; i < seq.size(); ++i) REQUIRE((*m)->forward(seq[i], static_cast<int>(i), *steps, step.data(), pool).ok());
+  for (std::size_t i = 0; i < seq.size(); ++i) REQUIRE(m->forward(seq[i], static_cast<int>(i), *steps, step.data(), pool).ok());
   auto whole = new_cache(kc);
-  REQUIRE((*m)->forward_batch(seq, 0, *whole, batch.data(), pool).ok());
+  REQUIRE(m->forward_batch(seq, 0, *whole, batch.data(), pool).ok());
   const double range = *std::max_element(step.begin(), step.end()) - *std::min_element(step.begin(), step.end());
   CHECK(max_abs(step, batch) <= 1e-4 * std::max(range, 1e-3));
   kc.layout = kv::Layout::paged;
   kc.block_size = 3;
   auto pc = new_cache(kc);
-  for (std::size_t i = 0; i < seq.size(); ++i) REQUIRE((*m)->forward(seq[i], static_cast<int>(i), *pc, paged.data(), pool).ok());
+  for (std::size_t i = 0; i < seq.size(); ++i) REQUIRE(m->forward(seq[i], static_cast<int>(i), *pc, paged.data(), pool).ok());
   CHECK(paged == step);
-  std::remove(p.c_str());
 }
