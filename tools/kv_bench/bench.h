@@ -51,7 +51,6 @@ kv::KvConfig cache_config(const model::Config& c, int n_ctx, kv::KvType t = kv::
 // Bytes in use by malloc now (glibc's mallinfo2: small blocks and mmapped ones).
 std::uint64_t heap_bytes();
 double median(std::vector<double> v);
-std::string fmt_bytes(double b);
 
 struct SpeedupOptions {
   std::vector<int> lengths{128, 512, 2048};

@@ -82,7 +82,7 @@ Result<std::unique_ptr<Runnable>> load_runnable(const ModelSpec& spec) {
       return make_error(Errc::out_of_range,
                         "a random {} model in {} takes {}, over half of this machine's memory ({}): give a smaller preset, "
                         "--dtype q4_0, or -m FILE",
-                        spec.preset.empty() ? "custom" : spec.preset, spec.dtype, fmt_bytes(bytes), fmt_bytes(ram));
+                        spec.preset.empty() ? "custom" : spec.preset, spec.dtype, cli::human_bytes(bytes), cli::human_bytes(ram));
     const char* tmp = std::getenv("TMPDIR");
     r->temp = fmt::format("{}/kv-bench-{}-{}.gguf", tmp && *tmp ? tmp : "/tmp", getpid(), spec.preset.empty() ? "custom" : spec.preset);
     LMP_TRY(model::write_random_gguf(r->temp, c, dt, spec.seed));
@@ -120,6 +120,5 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-std::string fmt_bytes(double b) { return cli::human_bytes(b); }
 
 }  // namespace lmp::kvbench

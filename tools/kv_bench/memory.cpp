@@ -75,7 +75,7 @@ Result<cli::Report> run_memory(const Common& com, const MemoryOptions& o) {
       const bool own = v.kv_heads == c.n_kv_head;
       const double per_number = kv::RowFormat::make(type, kc.kv_dim, kc.head_dim).bytes_per_number();
       t.add({v.name, std::to_string(v.kv_heads), kv::kv_type_name(type), cli::num(per_number, 5), std::to_string(formula),
-             cli::num(per, 9), cli::num(total, 12), fmt_bytes(total), own ? "this model" : ""});
+             cli::num(per, 9), cli::num(total, 12), cli::human_bytes(total), own ? "this model" : ""});
       if (own) {
         cli::Series s{fmt::format("{} {}", v.name, kv::kv_type_name(type)), {}};
         for (int i = 0; i <= 16; ++i)

@@ -171,7 +171,7 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
   rep.head.push_back(fmt::format("workload: {} requests, prompts {}..{} tokens, outputs {}..{} (seed {}; mean length {:.0f}), "
                                  "context {}; budget {}",
                                  o.requests, o.prompt_min, o.prompt_max, o.output_min, o.output_max, o.seed, mean_len, o.ctx,
-                                 fmt_bytes(static_cast<double>(budget))));
+                                 cli::human_bytes(static_cast<double>(budget))));
   cli::Table t("paged", {{"layout", "layout", false},
                          {"block", "block"},
                          {"waste_pct", "waste %"},
@@ -200,8 +200,8 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
   cli::Progress progress("paged");
   const std::int64_t slots = static_cast<std::int64_t>(budget / (static_cast<std::uint64_t>(o.ctx) * bpt));
   if (slots < 1)
-    return make_error(Errc::out_of_range, "the budget of {} holds no sequence of {} tokens ({} each)", fmt_bytes(static_cast<double>(budget)),
-                      o.ctx, fmt_bytes(static_cast<double>(bpt) * o.ctx));
+    return make_error(Errc::out_of_range, "the budget of {} holds no sequence of {} tokens ({} each)", cli::human_bytes(static_cast<double>(budget)),
+                      o.ctx, cli::human_bytes(static_cast<double>(bpt) * o.ctx));
   LMP_ASSIGN(SimResult cr, serve(reqs, o.ctx, 1, slots, 0));
   t.add({"contiguous", "-", cli::num(100 * cr.waste, 3), std::to_string(slots), cli::num(cr.mean_running, 4),
          std::to_string(cr.max_running), std::to_string(cr.steps), cli::num(cr.tokens_per_step, 4), std::to_string(cr.preemptions),

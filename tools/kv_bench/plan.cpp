@@ -32,9 +32,9 @@ Result<cli::Report> run_plan(const Common& com, const PlanOptions& o) {
   rep.field("free_bytes", free);
   rep.head.push_back(fmt::format("model: {}", shape_name(com.spec, c)));
   rep.head.push_back(fmt::format("memory {} ({} bytes); weights {} params x {} B ({}) = {}; reserve {}; left for the KV cache: {}",
-                                 fmt_bytes(static_cast<double>(memory)), cli::with_commas(memory), cli::with_commas(params),
-                                 cli::num(per_param, 4), o.weights, fmt_bytes(weights), fmt_bytes(static_cast<double>(reserve)),
-                                 free > 0 ? fmt_bytes(free) : std::string("nothing")));
+                                 cli::human_bytes(static_cast<double>(memory)), cli::with_commas(memory), cli::with_commas(params),
+                                 cli::num(per_param, 4), o.weights, cli::human_bytes(weights), cli::human_bytes(static_cast<double>(reserve)),
+                                 free > 0 ? cli::human_bytes(free) : std::string("nothing")));
   cli::Table t("plan", {{"attention", "attention", false},
                         {"kv_heads", "kv heads"},
                         {"type", "cache", false},
@@ -55,19 +55,19 @@ Result<cli::Report> run_plan(const Common& com, const PlanOptions& o) {
       const double seq = static_cast<double>(bpt) * ctx;
       const double batch = free > 0 ? std::floor(free / seq) : 0;
       const double maxctx = free > 0 ? std::floor(free / static_cast<double>(bpt)) : 0;
-      t.add({name, std::to_string(kvh), kv::kv_type_name(type), std::to_string(bpt), cli::num(seq, 15), fmt_bytes(seq),
+      t.add({name, std::to_string(kvh), kv::kv_type_name(type), std::to_string(bpt), cli::num(seq, 15), cli::human_bytes(seq),
              cli::num(batch, 12), cli::num(maxctx, 12)});
       if (type == kv::KvType::f16)
         rep.foot.push_back(fmt::format("{} f16: 2 x {} layers x {} kv heads x {} head_dim x 2 B = {} B/token; x {} tokens = {}",
-                                       name, c.n_layer, kvh, c.head_dim(), cli::with_commas(bpt), ctx, fmt_bytes(seq)));
+                                       name, c.n_layer, kvh, c.head_dim(), cli::with_commas(bpt), ctx, cli::human_bytes(seq)));
     }
   }
   rep.tables.push_back(std::move(t));
   rep.foot.push_back("int8 and int4 store 32 numbers in 34 and 18 bytes (an f16 scale per group); max batch = floor(left / "
                      "per sequence)");
   if (free <= 0)
-    rep.foot.push_back(fmt::format("the weights alone ({}) do not fit in {}: try --weights q8_0 or q4_0", fmt_bytes(weights),
-                                   fmt_bytes(static_cast<double>(memory))));
+    rep.foot.push_back(fmt::format("the weights alone ({}) do not fit in {}: try --weights q8_0 or q4_0", cli::human_bytes(weights),
+                                   cli::human_bytes(static_cast<double>(memory))));
   return rep;
 }
 
