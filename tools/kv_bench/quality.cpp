@@ -16,7 +16,7 @@ namespace {
 // log-softmax of logits, in double.
 void log_softmax(const float* x, std::size_t n, std::vector<double>& out) {
   out.resize(n);
-  double m = x[0];
+  double m = static_cast<double>(x[0]);
   for (std::size_t i = 1; i < n; ++i) m = std::max(m, static_cast<double>(x[i]));
   double s = 0;
   for (std::size_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(x[i]) - m);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "lmpipe/core/cpu.h"
 #include "lmpipe/core/parallel.h"
 
 
@@ -76,10 +77,6 @@ void dots_norms_scalar(const float* a, std::size_t n, const float* q, float& d, 
   }
 }
 
-bool have_avx2() {
-  static const bool v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return v;
-}
 
 // Split [0, rows) over `threads` threads: f(lo, hi).
 template <class F>
@@ -141,7 +138,7 @@ void Embedding::dots_and_norms(const float* q, float* dots, float* norms2, int t
   if (dtype_ == DType::f32) {
     const auto* m = reinterpret_cast<const float*>(data_);
     over_rows(static_cast<std::size_t>(n_vocab_), threads, [&](std::size_t lo, std::size_t hi) {
-      if (have_avx2()) return dots_norms_f32_avx2(m, n, q, lo, hi, dots, norms2);
+      if (cpu::avx2()) return dots_norms_f32_avx2(m, n, q, lo, hi, dots, norms2);
       for (std::size_t r = lo; r < hi; ++r) dots_norms_scalar(m + r * n, n, q, dots[r], norms2[r]);
     });
     return;

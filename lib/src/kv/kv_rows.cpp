@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "lmpipe/core/cpu.h"
 #include "lmpipe/tensor_io/dtype.h"
 
 namespace lmp::kv {
@@ -64,10 +65,6 @@ RowFormat RowFormat::unscaled_int4(int kv_dim, int head_dim) {
 
 namespace {
 
-bool cpu_avx2() {
-  static const bool v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return v;
-}
 
 float scale_at(const std::byte* row, int g) {
   std::uint16_t h;
@@ -343,7 +340,7 @@ __attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(const RowFormat& f
 // The AVX2 kernels need whole registers: head slices of 8 numbers (f32, f16, int8 groups)
 // or int4 groups of 16.
 bool simd_ok(const RowFormat& f, int hd) {
-  if (!cpu_avx2() || hd % 8) return false;
+  if (!cpu::avx2() || hd % 8) return false;
   if (f.type == KvType::int8) return f.group % 8 == 0;
   if (f.type == KvType::int4) return f.group % 16 == 0;
   return true;

@@ -6,23 +6,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "lmpipe/core/cpu.h"
+
 namespace lmp::model {
 
 namespace {
-
-bool cpu_avx2() {
-  static const bool v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return v;
-}
-bool cpu_avx512f() {
-  static const bool v = cpu_avx2() && __builtin_cpu_supports("avx512f");
-  return v;
-}
-bool cpu_vnni() {
-  static const bool v = cpu_avx2() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-                        __builtin_cpu_supports("avx512bw");
-  return v;
-}
 
 // ---- scalar reference kernels ----------------------------------------------------------
 
@@ -220,7 +208,7 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_
 
 }  // namespace
 
-const char* kernel_name() { return cpu_vnni() ? "avx512-vnni" : cpu_avx2() ? "avx2" : "scalar"; }
+const char* kernel_name() { return cpu::avx512_vnni() ? "avx512-vnni" : cpu::avx2() ? "avx2" : "scalar"; }
 
 void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
   const std::size_t nb = n / 32;
@@ -238,7 +226,7 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
 
 void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi) {
   const std::int64_t n = w.cols;
-  const bool avx2 = cpu_avx2(), vnni = cpu_vnni(), avx512 = cpu_avx512f();
+  const bool avx2 = cpu::avx2(), vnni = cpu::avx512_vnni(), avx512 = cpu::avx512();
   const std::size_t ahead = std::max<std::size_t>(2048, w.row_bytes);  // prefetch distance
   for (std::int64_t r = lo; r < hi; ++r) {
     const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes;
@@ -291,11 +279,6 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
 
 namespace {
 
-bool cpu_avx512() {
-  static const bool v = cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-  return v;
-}
-
 // out[j][i] += Σ_c w_i[c] · x_j[c] for 4 rows i and 4 tokens j (32 ymm registers).
 __attribute__((target("avx2,fma,avx512f,avx512vl"))) void block4x4(const float* w, std::size_t cols, const float* x,
                                                                   std::size_t ldx, float* out, std::size_t ldo) {
@@ -338,7 +321,7 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
   const auto cols = static_cast<std::size_t>(w.cols);
   constexpr std::int64_t kTokens = 64;  // tokens per pass over the rows: their activations stay in L2
   scratch.resize(4 * cols);
-  const bool fast = cpu_avx512();
+  const bool fast = cpu::avx512();
   for (std::int64_t t0 = 0; t0 < n; t0 += kTokens) {
     const std::int64_t t1 = std::min(n, t0 + kTokens);
     for (std::int64_t r = lo; r < hi; r += 4) {
@@ -358,10 +341,10 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
   }
 }
 
-float dot(const float* a, const float* b, int n) { return cpu_avx2() ? dot_f32_avx2(a, b, n) : dot_f32_scalar(a, b, n); }
+float dot(const float* a, const float* b, int n) { return cpu::avx2() ? dot_f32_avx2(a, b, n) : dot_f32_scalar(a, b, n); }
 
 void axpy(float* y, float alpha, const float* x, int n) {
-  if (cpu_avx2()) return axpy_avx2(y, alpha, x, n);
+  if (cpu::avx2()) return axpy_avx2(y, alpha, x, n);
   for (int i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
@@ -430,7 +413,7 @@ __attribute__((target("avx2,fma"))) void softmax_avx2(float* x, int n) {
 }  // namespace
 
 void softmax(float* x, int n) {
-  if (cpu_avx2()) return softmax_avx2(x, n);
+  if (cpu::avx2()) return softmax_avx2(x, n);
   float m = x[0];
   for (int i = 1; i < n; ++i) m = std::max(m, x[i]);
   float z = 0;

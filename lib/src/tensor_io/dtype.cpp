@@ -11,6 +11,8 @@
 #include <limits>
 #include <string>
 
+#include "lmpipe/core/cpu.h"
+
 namespace lmp {
 
 namespace {
@@ -31,10 +33,6 @@ float float_of(std::uint32_t b) {
   return f;
 }
 
-bool have_f16c() {
-  static const bool v = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
-  return v;
-}
 
 __attribute__((target("avx2,f16c"))) void f16_to_f32_avx2(const std::uint16_t* s, float* d, std::size_t n) {
   std::size_t i = 0;
@@ -165,7 +163,7 @@ void to_f32(DType t, const void* src, float* dst, std::size_t n) {
       return;
     case DType::f16: {
       const auto* s = static_cast<const std::uint16_t*>(src);
-      if (have_f16c()) return f16_to_f32_avx2(s, dst, n);
+      if (cpu::avx2()) return f16_to_f32_avx2(s, dst, n);
       for (std::size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
       return;
     }
@@ -176,7 +174,7 @@ void to_f32(DType t, const void* src, float* dst, std::size_t n) {
     }
     case DType::q8_0: {
       const auto* b = static_cast<const BlockQ8_0*>(src);
-      if (have_f16c()) return q8_0_to_f32_avx2(b, dst, n / 32);
+      if (cpu::avx2()) return q8_0_to_f32_avx2(b, dst, n / 32);
       for (std::size_t k = 0; k < n / 32; ++k) {
         float d = f16_to_f32(b[k].d);
         for (int j = 0; j < 32; ++j) dst[k * 32 + static_cast<std::size_t>(j)] = static_cast<float>(b[k].qs[j]) * d;
@@ -185,7 +183,7 @@ void to_f32(DType t, const void* src, float* dst, std::size_t n) {
     }
     case DType::q4_0: {
       const auto* b = static_cast<const BlockQ4_0*>(src);
-      if (have_f16c()) return q4_0_to_f32_avx2(b, dst, n / 32);
+      if (cpu::avx2()) return q4_0_to_f32_avx2(b, dst, n / 32);
       for (std::size_t k = 0; k < n / 32; ++k) {
         float d = f16_to_f32(b[k].d);
         for (std::size_t j = 0; j < 16; ++j) {
@@ -235,7 +233,7 @@ void from_f32(DType t, const float* src, void* dst, std::size_t n) {
       return;
     case DType::f16: {
       auto* d = static_cast<std::uint16_t*>(dst);
-      if (have_f16c()) return f32_to_f16_avx2(src, d, n);
+      if (cpu::avx2()) return f32_to_f16_avx2(src, d, n);
       for (std::size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
       return;
     }

@@ -459,15 +459,25 @@ struct Parsers {
     if (!c.shared_classifier) v.push_back({"output.weight", {V, dim}});
     return v;
   }
+  // The file size the header announces, by formula (the layout is built only once the
+  // size matches the file: a header claiming 2^31 layers must not allocate per layer).
   static std::optional<std::uint64_t> l2c_size(const Llama2cConfig& c) {
-    std::uint64_t total = 28;
-    for (const auto& t : l2c_layout(c)) {
-      std::uint64_t n = 4;
-      for (auto d : t.shape)
-        if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return std::nullopt;
-      if (__builtin_add_overflow(total, n, &total)) return std::nullopt;
-    }
-    return total;
+    // Every factor is below 2^31, so each product of two fits in 64 bits; the sums and
+    // the products by the layer count are checked.
+    const std::uint64_t dim = static_cast<std::uint64_t>(c.dim), hid = static_cast<std::uint64_t>(c.hidden_dim),
+                        V = static_cast<std::uint64_t>(c.vocab_size), hs = dim / static_cast<std::uint64_t>(c.n_heads),
+                        kv = dim * static_cast<std::uint64_t>(c.n_kv_heads) / static_cast<std::uint64_t>(c.n_heads);
+    std::uint64_t per_layer = 0, layers = 0, floats = 0;
+    bool over = __builtin_add_overflow(2 * dim * dim + 2 * dim, 2 * kv * dim, &per_layer) ||
+                __builtin_add_overflow(per_layer, 3 * hid * dim, &per_layer) ||
+                __builtin_mul_overflow(per_layer, static_cast<std::uint64_t>(c.n_layers), &layers) ||
+                __builtin_add_overflow(layers, V * dim + dim + static_cast<std::uint64_t>(c.seq_len) * (hs / 2) * 2,
+                                       &floats) ||
+                (!c.shared_classifier && __builtin_add_overflow(floats, V * dim, &floats)) ||
+                __builtin_mul_overflow(floats, std::uint64_t{4}, &floats) ||
+                __builtin_add_overflow(floats, std::uint64_t{28}, &floats);
+    if (over) return std::nullopt;
+    return floats;
   }
   static Status llama2c(TensorFile& f, const Llama2cConfig& c) {
     std::uint64_t off = 28;

@@ -1,0 +1,14 @@
+// What the CPU (and the OS, which must save the wider registers) supports, read once
+// with CPUID and XGETBV. The kernels pick their AVX2 / AVX-512 paths from these.
+#pragma once
+
+namespace lmp::cpu {
+
+// AVX2 with FMA and F16C: every AVX2 kernel assumes all three.
+bool avx2();
+// AVX-512 F and VL (with avx2()).
+bool avx512();
+// AVX-512 VNNI, BW and VL (with avx512()): int8 dot products.
+bool avx512_vnni();
+
+}  // namespace lmp::cpu

@@ -1,0 +1,66 @@
+// Shared by the fuzz harnesses: bytes as a file path (the readers under test take paths
+// and map them, as the tools do), and a workout for whatever tokenizer loaded.
+#pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lmpipe/tok/tokenizer.h"
+
+namespace lmp::fuzz {
+
+// An anonymous in-memory file holding `bytes`, named by its /proc/self/fd path.
+class MemFile {
+ public:
+  explicit MemFile(std::string_view bytes) {
+    fd_ = memfd_create("fuzz", 0);
+    if (fd_ < 0) std::abort();
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+      if (n <= 0) std::abort();
+      done += static_cast<std::size_t>(n);
+    }
+    path_ = "/proc/self/fd/" + std::to_string(fd_);
+  }
+  ~MemFile() { ::close(fd_); }
+  MemFile(const MemFile&) = delete;
+  MemFile& operator=(const MemFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
+}
+
+// Encode a fixed sample and the input's own first bytes, decode the ids back, and decode
+// ids the tokenizer never made (including ones past its vocabulary): none may crash.
+inline void exercise(const tok::Tokenizer& t, std::string_view input) {
+  tok::Session s(t);
+  std::vector<TokenId> ids;
+  t.encode("Hello, world! 你好 ▁x  \t\n\xff\xfe <s> [CLS] 12345", ids, s);
+  t.encode(input.substr(0, 256), ids, s);
+  std::string out;
+  (void)t.decode(ids.data(), ids.size(), out);
+  const TokenId probes[] = {0, 1, 2, 255, 256, static_cast<TokenId>(t.vocab_size()) - 1,
+                                 static_cast<TokenId>(t.vocab_size()), -1};
+  for (TokenId id : probes) {
+    out.clear();
+    (void)t.decode(&id, 1, out, true);
+    (void)t.token_string(id);
+    (void)t.piece(id);
+  }
+}
+
+}  // namespace lmp::fuzz
