@@ -133,7 +133,8 @@ Status run(const Options& o, cli::Output& out) {
     LMP_ASSIGN(tok, tok::load_gguf_tokenizer(*file));
   }
   if (tok && tok->vocab_size() > static_cast<std::size_t>(c.n_vocab))
-    return make_error(Errc::invalid_argument, "the tokenizer has {} tokens, the model {}", tok->vocab_size(), c.n_vocab);
+    return make_error(Errc::parse, "the tokenizer {} has {} tokens but the model {} only {}: they do not belong together",
+                      o.tokenizer.empty() ? o.model : o.tokenizer, tok->vocab_size(), o.model, c.n_vocab);
   if (!tok && !o.prompt.empty())
     return make_error(Errc::invalid_argument, "-p TEXT needs a tokenizer: give -t (the model file carries none)");
   std::string emit = o.emit;

@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "lmpipe/core/memory_limit.h"
+
 #ifndef LMP_VERSION
 #define LMP_VERSION "0.0.0"
 #endif
@@ -82,6 +84,14 @@ int run_tool(const ToolSpec& spec, CLI::App& app, int argc, char** argv, const s
   app.add_flag("--version", want_version, "output version information and exit");
   bool q = false;
   if (!app.get_option_no_throw("--quiet")) app.add_flag("-q,--quiet", q, "no progress or report on stderr");
+  std::string max_memory;
+  // Options of the tool itself (--max-memory, -q) are taken after a subcommand's name too.
+  for (CLI::App* sc : app.get_subcommands([](CLI::App*) { return true; })) sc->fallthrough();
+  if (memory_guard_linked())
+    app.add_option("--max-memory", max_memory,
+                   "stop with an error (exit 1) rather than hold more than SIZE of memory (512MiB, 4GiB; "
+                   "mapped input files are not counted)")
+        ->type_name("SIZE");
   // --help and --version win over missing required options. After a subcommand's name,
   // --help shows that subcommand's options.
   CLI::App* sub = nullptr;
@@ -121,6 +131,11 @@ int run_tool(const ToolSpec& spec, CLI::App& app, int argc, char** argv, const s
   }
   g_quiet = g_quiet || q;
   try {
+    if (!max_memory.empty()) {
+      const std::uint64_t limit = parse_bytes(max_memory, "--max-memory");
+      if (limit < (std::uint64_t{1} << 20)) throw UsageError("--max-memory: give at least 1MiB");
+      memory::set_limit(limit);
+    }
     Status st = body();
     if (!st.ok()) {
       print_error(st.error().message);
@@ -131,7 +146,15 @@ int run_tool(const ToolSpec& spec, CLI::App& app, int argc, char** argv, const s
     fmt::print(stderr, "Try '{} --help' for more information.\n", spec.name);
     return kExitUsage;
   } catch (const std::bad_alloc&) {
-    print_error("out of memory");
+    const std::uint64_t limit = memory::limit();
+    memory::set_limit(0);  // the message itself needs memory
+    const auto r = memory::last_refusal();
+    if (limit != 0 && r.asked != 0)
+      print_error(fmt::format("memory limit reached: {} more needed with {} in use, over --max-memory {}",
+                              human_bytes(static_cast<double>(r.asked)), human_bytes(static_cast<double>(r.in_use)),
+                              human_bytes(static_cast<double>(limit))));
+    else
+      print_error("out of memory");
     return kExitError;
   } catch (const std::exception& e) {
     print_error(e.what());

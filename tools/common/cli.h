@@ -87,6 +87,9 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
 };
 
+// True; its reference keeps memory_guard.cpp (the counting operator new) in every tool.
+bool memory_guard_linked();
+
 // Peak resident memory of this process, in bytes.
 std::uint64_t peak_rss_bytes();
 // "12.3 MB", "512 KiB"-style figures.

@@ -20,7 +20,11 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::drain(Job& j) {
   for (std::size_t i; (i = j.next.fetch_add(1)) < j.n;) {
-    j.call(j.ctx, i);
+    try {
+      j.call(j.ctx, i);
+    } catch (...) {
+      if (!j.failed.exchange(true)) j.error = std::current_exception();
+    }
     j.done.fetch_add(1);
   }
 }
@@ -64,6 +68,7 @@ void ThreadPool::run_erased(std::size_t n, Call call, void* ctx) {
   while (j.done.load() < n) _mm_pause();
   job_.store(nullptr);
   while (active_.load() != 0) _mm_pause();
+  if (j.failed.load()) std::rethrow_exception(j.error);
 }
 
 }  // namespace lmp

@@ -2,6 +2,7 @@
 // run one function per slice on its own thread.
 #pragma once
 
+#include <exception>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -27,13 +28,24 @@ inline std::vector<std::string_view> split_at_lines(std::string_view text, int p
   return out;
 }
 
-// Call f(i) for i in [0, n): f(0) on the calling thread, the others on new threads.
+// Call f(i) for i in [0, n): f(0) on the calling thread, the others on new threads. The
+// first exception any call throws is rethrown once every thread has ended.
 template <class F>
 void run_parallel(std::size_t n, F&& f) {
+  std::vector<std::exception_ptr> errors(n);
+  auto guarded = [&f, &errors](std::size_t i) {
+    try {
+      f(i);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
   std::vector<std::thread> pool;
-  for (std::size_t i = 1; i < n; ++i) pool.emplace_back([&f, i] { f(i); });
-  if (n > 0) f(0);
+  for (std::size_t i = 1; i < n; ++i) pool.emplace_back(guarded, i);
+  if (n > 0) guarded(0);
   for (auto& t : pool) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 }  // namespace lmp

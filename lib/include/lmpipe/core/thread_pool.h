@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -24,7 +25,8 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
   // f(i) for i in [0, n), spread over the threads; blocks until every call returned.
-  // Takes any callable by reference: nothing is allocated per call.
+  // Takes any callable by reference: nothing is allocated per call. An exception thrown
+  // by a call (std::bad_alloc under --max-memory) is rethrown here once all have ended.
   template <class F>
   void run(std::size_t n, F&& f) {
     run_erased(n, [](void* ctx, std::size_t i) { (*static_cast<std::remove_reference_t<F>*>(ctx))(i); },
@@ -39,6 +41,8 @@ class ThreadPool {
     void* ctx;
     std::size_t n;
     std::atomic<std::size_t> next{0}, done{0};
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;  // the first exception, set by the call that made `failed` true
   };
   void work();
   static void drain(Job& j);
