@@ -128,7 +128,8 @@ Status write_random_gguf(const std::string& path, const Config& c, DType dtype, 
   if (static_cast<std::size_t>(c.n_embd) % block || static_cast<std::size_t>(c.n_ff) % block)
     return make_error(Errc::invalid_argument, "{} needs n_embd and n_ff that are multiples of {}", dtype_name(dtype), block);
   auto meta = llama_meta(c, dtype, "lmpipe random");
-  placeholder_vocab(meta, c.n_vocab);
+  // A vocabulary too small for the 256 byte pieces gets no tokenizer: the model runs on ids.
+  if (c.n_vocab >= 259) placeholder_vocab(meta, c.n_vocab);
   std::vector<TensorOut> ts;
   std::uint64_t k = 0;
   auto add = [&](std::string name, DType t, std::int64_t rows, std::int64_t cols, bool ones = false) {

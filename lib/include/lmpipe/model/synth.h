@@ -25,7 +25,8 @@ std::uint64_t param_count(const Config& c);
 // A GGUF with random weights (uniform, standard deviation 0.02; norms 1) of shape `c`
 // (c.arch llama, or qwen2: q/k/v biases too, and the halves RoPE layout) in
 // `dtype` (norms stay f32), a SentencePiece-style placeholder vocabulary of c.n_vocab tokens
-// (<unk> <s> </s>, the 256 byte tokens, then "▁t<i>"), so that llama.cpp loads it too.
+// (<unk> <s> </s>, the 256 byte tokens, then "▁t<i>"), so that llama.cpp loads it too;
+// below 259 tokens there is no room for the byte tokens, and the file has no tokenizer.
 // Written one tensor at a time: memory stays that of the largest tensor.
 Status write_random_gguf(const std::string& path, const Config& c, DType dtype, std::uint64_t seed);
 
