@@ -103,3 +103,106 @@ TEST_CASE("long pieces (heap path) encode as the definition says", "[tok][bpe][p
     REQUIRE(out == reference_encode(m.value(), w));
   }
 }
+
+namespace {
+// A random byte-level BPE over a small alphabet of ASCII and non-ASCII bytes: each merge
+// joins two existing tokens, so tokens span "characters" at random, as byte-level
+// tokens of CJK text do.
+struct RandomBpe {
+  std::vector<std::string> vocab = byte_vocab({});
+  std::vector<std::pair<TokenId, TokenId>> merges;
+  std::string alphabet;
+  RandomBpe(std::mt19937& rng, std::size_t n_merges) {
+    alphabet = {'a', 'b', ' ', '\xE4', '\xB8', '\x80', '\xE7'};
+    std::vector<TokenId> pool;
+    for (char c : alphabet) pool.push_back(static_cast<unsigned char>(c));
+    while (merges.size() < n_merges) {
+      TokenId a = pool[rng() % pool.size()], b = pool[rng() % pool.size()];
+      std::string t = vocab[static_cast<std::size_t>(a)] + vocab[static_cast<std::size_t>(b)];
+      if (t.size() > 9) continue;
+      bool seen = false;
+      for (auto [x, y] : merges) seen = seen || (x == a && y == b);
+      if (seen) continue;
+      TokenId id = -1;
+      for (std::size_t i = 256; i < vocab.size(); ++i)
+        if (vocab[i] == t) id = static_cast<TokenId>(i);
+      if (id < 0) {
+        id = static_cast<TokenId>(vocab.size());
+        vocab.push_back(t);
+        pool.push_back(id);
+      }
+      merges.emplace_back(a, b);
+    }
+  }
+  std::string text(std::mt19937& rng, std::size_t n) const {
+    std::string s;
+    for (std::size_t i = 0; i < n; ++i) s += alphabet[rng() % alphabet.size()];
+    return s;
+  }
+};
+}  // namespace
+
+TEST_CASE("long non-ASCII pieces, cut where no token spans, encode as the definition says",
+          "[tok][bpe][property]") {
+  std::mt19937 rng(11);
+  for (int round = 0; round < 40; ++round) {
+    RandomBpe r(rng, 20 + rng() % 60);
+    for (bool ignore : {false, true}) {
+      auto m = BpeModel::build(r.vocab, r.merges, ignore);
+      REQUIRE(m.ok());
+      REQUIRE(m.value().segments(std::string(8, '\xE4')));
+      BpeScratch s;
+      for (int t = 0; t < 200; ++t) {
+        std::string w = r.text(rng, 1 + rng() % 40);
+        std::vector<TokenId> out;
+        m.value().encode(w, out, s);
+        std::vector<TokenId> want = reference_encode(m.value(), w);
+        if (ignore && m.value().find(w) >= 0) want = {m.value().find(w)};
+        INFO("round " << round << " ignore_merges " << ignore << " input of " << w.size() << " bytes");
+        REQUIRE(out == want);
+        out.clear();
+        m.value().encode(w, out, s);  // a second time: from the segment cache
+        REQUIRE(out == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("tiktoken ranks: long non-ASCII pieces encode as the definition says", "[tok][bpe][property]") {
+  std::mt19937 rng(5);
+  for (int round = 0; round < 40; ++round) {
+    RandomBpe r(rng, 20 + rng() % 60);
+    auto m = BpeModel::build_from_ranks(r.vocab);
+    REQUIRE(m.ok());
+    BpeScratch s;
+    for (int t = 0; t < 200; ++t) {
+      std::string w = r.text(rng, 1 + rng() % 40);
+      std::vector<TokenId> out;
+      m.value().encode(w, out, s);
+      // tiktoken's definition: the piece itself when it is a token, else merge the
+      // adjacent pair whose concatenation has the lowest rank (id), leftmost first.
+      std::vector<TokenId> want;
+      if (TokenId id = m.value().find(w); id >= 0) {
+        want = {id};
+      } else {
+        for (char c : w) want.push_back(static_cast<unsigned char>(c));
+        for (;;) {
+          std::size_t best = want.size();
+          TokenId br = 0;
+          for (std::size_t i = 0; i + 1 < want.size(); ++i) {
+            TokenId j = m.value().find(m.value().token(want[i]) + m.value().token(want[i + 1]));
+            if (j >= 0 && (best == want.size() || j < br)) {
+              br = j;
+              best = i;
+            }
+          }
+          if (best == want.size()) break;
+          want[best] = br;
+          want.erase(want.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+        }
+      }
+      INFO("round " << round << " input of " << w.size() << " bytes");
+      REQUIRE(out == want);
+    }
+  }
+}

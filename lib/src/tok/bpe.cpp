@@ -175,6 +175,10 @@ void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScra
     else ++s.dropped_bytes;
     return;
   }
+  if (segments(piece)) {
+    encode_segmented(piece, out, s);
+    return;
+  }
   if (ignore_merges_ && piece.size() <= max_token_bytes_) {
     TokenId id = find(piece);
     if (id >= 0) {
@@ -182,6 +186,18 @@ void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScra
       return;
     }
   }
+  encode_bytes(piece, out, s);
+}
+
+bool BpeModel::segments(std::string_view piece) const {
+  if (char_level_ || piece.size() < kSegmentFrom) return false;
+  for (char c : piece)
+    if (static_cast<unsigned char>(c) >= 0x80) return true;
+  return false;
+}
+
+// BPE from the bytes up: the definition, for a piece or a segment of one.
+void BpeModel::encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
   s.sym.clear();
   for (char c : piece) {
     TokenId id = byte_ids_[static_cast<unsigned char>(c)];
@@ -195,6 +211,83 @@ void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScra
     else merge_heap(s);
   }
   out.insert(out.end(), s.sym.begin(), s.sym.end());
+}
+
+const DoubleArray& BpeModel::span_trie() const {
+  std::call_once(span_->once, [this] {
+    std::vector<std::pair<std::string_view, std::int32_t>> keys;
+    for (std::size_t i = 0; i < tokens_.size(); ++i) {
+      std::string_view t = tokens_[i];
+      bool wide = false;
+      for (char c : t) wide = wide || static_cast<unsigned char>(c) >= 0x80;
+      if (wide && ids_.find(t) == static_cast<TokenId>(i)) keys.emplace_back(t, static_cast<std::int32_t>(i));
+    }
+    span_->trie.build(std::move(keys));
+  });
+  return span_->trie;
+}
+
+// Cut the piece where no token can span, and encode each segment alone. Position i is
+// such a cut when every token that matches the text at some j < i ends at or before i:
+// `reach` is the furthest end of the tokens that start before i. The trie gives the
+// tokens with a byte >= 0x80; a token of ASCII bytes only that starts at an ASCII byte
+// ends within that byte's ASCII run. (Counting tokens that BPE can never make only
+// cuts less, never wrongly.)
+void BpeModel::encode_segmented(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
+  const DoubleArray& trie = span_trie();
+  const auto* p = reinterpret_cast<const unsigned char*>(piece.data());
+  const std::size_t n = piece.size();
+  std::size_t reach = 0, start = 0, ascii_end = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (reach <= i && i > start) {
+      encode_segment(piece.substr(start, i - start), out, s);
+      start = i;
+    }
+    if (p[i] < 0x80) {
+      if (ascii_end <= i)
+        for (ascii_end = i; ascii_end < n && p[ascii_end] < 0x80;) ++ascii_end;
+      reach = std::max(reach, ascii_end);
+    }
+    std::int32_t node = 0;
+    for (std::size_t j = i; j < n; ++j) {
+      node = trie.step(node, p[j]);
+      if (node < 0) break;
+      if (j + 1 > reach && trie.value(node) >= 0) reach = j + 1;
+    }
+    // The walk from the start meets the whole piece when it is a token (the piece has
+    // a byte >= 0x80, so the trie holds it): with ignore_merges, that token is the answer.
+    if (i == 0 && reach == n && ignore_merges_ && node >= 0) {
+      out.push_back(trie.value(node));
+      return;
+    }
+  }
+  encode_segment(piece.substr(start), out, s);
+}
+
+// One segment, through the segment cache when it is short.
+void BpeModel::encode_segment(std::string_view seg, std::vector<TokenId>& out, BpeScratch& s) const {
+  if (seg.size() > BpeScratch::kSegMaxBytes) {
+    encode_bytes(seg, out, s);
+    return;
+  }
+  std::uint64_t key = 0;
+  for (std::size_t k = 0; k < seg.size(); ++k) key |= std::uint64_t{static_cast<unsigned char>(seg[k])} << (8 * k);
+  if (s.seg_cache.empty()) s.seg_cache.resize(std::size_t{1} << BpeScratch::kSegCacheBits);
+  std::uint64_t h = (key ^ (key >> 29) ^ seg.size()) * 0x9E3779B97F4A7C15ULL;
+  auto& e = s.seg_cache[static_cast<std::size_t>(h >> (64 - BpeScratch::kSegCacheBits))];
+  if (e.len == seg.size() && e.key == key) {
+    for (std::uint8_t k = 0; k < e.n; ++k) out.push_back(e.ids[k]);
+    return;
+  }
+  std::size_t before = out.size();
+  std::uint64_t dropped = s.dropped_bytes;
+  encode_bytes(seg, out, s);
+  std::size_t n = out.size() - before;
+  if (s.dropped_bytes != dropped || n > BpeScratch::kSegMaxIds) return;  // (counts stay exact)
+  e.key = key;
+  e.len = static_cast<std::uint8_t>(seg.size());
+  e.n = static_cast<std::uint8_t>(n);
+  std::copy(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(), e.ids);
 }
 
 // O(n·m) scan for short pieces: with few symbols a linear search for the lowest rank

@@ -205,7 +205,7 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
 }
 
 void Tokenizer::encode_piece(std::string_view piece, std::vector<TokenId>& out, Session& s) const {
-  if (piece.size() > kCacheMaxPiece || piece.size() < 2) {
+  if (piece.size() > kCacheMaxPiece || piece.size() < 2 || (bpe_ && bpe_->segments(piece))) {
     if (bpe_) bpe_->encode(piece, out, s.scratch_.bpe);
     else model_->encode(piece, out, s.scratch_);
     return;

@@ -17,15 +17,19 @@ class DoubleArray {
 
   // Walk from `node` (0 = root) by byte c: the child, or -1.
   std::int32_t step(std::int32_t node, unsigned char c) const {
-    auto t = static_cast<std::size_t>(base_[static_cast<std::size_t>(node)]) + c;
-    return t < check_.size() && check_[t] == node ? static_cast<std::int32_t>(t) : -1;
+    auto t = static_cast<std::size_t>(nodes_[static_cast<std::size_t>(node)].base) + c;
+    return t < nodes_.size() && nodes_[t].check == node ? static_cast<std::int32_t>(t) : -1;
   }
   // The value of the key that ends at `node`, or -1.
-  std::int32_t value(std::int32_t node) const { return value_[static_cast<std::size_t>(node)]; }
-  std::size_t size() const { return check_.size(); }
+  std::int32_t value(std::int32_t node) const { return nodes_[static_cast<std::size_t>(node)].value; }
+  std::size_t size() const { return nodes_.size(); }
 
  private:
-  std::vector<std::int32_t> base_, check_, value_;
+  // A node's three fields side by side: a step reads one cache line, not three.
+  struct Node {
+    std::int32_t base = 0, check = -1, value = -1;
+  };
+  std::vector<Node> nodes_;
 };
 
 }  // namespace lmp

@@ -5,16 +5,25 @@
 // repeatedly merges the lowest-ranked adjacent pair, leftmost first — the order of
 // HF tokenizers' heap and of tiktoken's scan. The model is immutable after
 // construction and thread-safe; per-call buffers live in a BpeScratch.
+//
+// Long pieces of non-ASCII text (a run of Han characters is one piece under the GPT-2
+// and Llama-3 splits) are first cut where no token of the vocabulary can span: a merge
+// across such a cut would make a token that spans it, so BPE never crosses it and the
+// segments encode alone to the same ids. The segments are a character or two long and
+// repeat, so most come from a cache (see encode_segmented).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "lmpipe/core/double_array.h"
 #include "lmpipe/core/flat_map.h"
 #include "lmpipe/core/result.h"
 #include "lmpipe/core/string_map.h"
@@ -50,6 +59,9 @@ class BpeModel final : public Model {
 
   // Append the ids of one pre-token piece to `out`.
   void encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
+  // Whether encode cuts this piece into segments (long, with a byte >= 0x80), which
+  // it caches itself: a cache of whole pieces in front would only add misses.
+  bool segments(std::string_view piece) const;
 
   ModelType type() const override { return ModelType::bpe; }
   void encode(std::string_view piece, std::vector<TokenId>& out, ModelScratch& s) const override {
@@ -70,6 +82,18 @@ class BpeModel final : public Model {
   TokenId byte_token(unsigned char b) const { return byte_ids_[b]; }
 
  private:
+  // The pieces that encode_segmented cuts: at least this long, with a byte >= 0x80.
+  static constexpr std::size_t kSegmentFrom = 7;
+  void encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
+  void encode_segmented(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
+  void encode_segment(std::string_view seg, std::vector<TokenId>& out, BpeScratch& s) const;
+  // A trie of every token with a byte >= 0x80, built on first use (tokens of ASCII
+  // bytes only cannot reach past an ASCII run, so they need no trie).
+  struct SpanIndex {
+    std::once_flag once;
+    DoubleArray trie;
+  };
+  const DoubleArray& span_trie() const;
   void merge_linear(BpeScratch& s) const;
   std::uint64_t cached_merge(TokenId a, TokenId b, BpeScratch& s) const {
     std::uint64_t key = pair_key(a, b);
@@ -100,6 +124,7 @@ class BpeModel final : public Model {
   TokenId unk_id_ = -1;
   std::array<TokenId, 256> fallback_ids_{};               // <0xXX> tokens
   void symbolize_chars(std::string_view piece, BpeScratch& s) const;
+  std::shared_ptr<SpanIndex> span_ = std::make_shared<SpanIndex>();
 };
 
 }  // namespace lmp::tok

@@ -25,6 +25,15 @@ struct BpeScratch {
   };
   static constexpr std::size_t kPairCacheBits = 15;
   std::vector<PairSlot> pair_cache = std::vector<PairSlot>(std::size_t{1} << kPairCacheBits);
+  // Direct-mapped cache of short segments (BpeModel::encode_segmented): bytes → ids.
+  // A long piece of CJK text cuts into segments of a character or two, which repeat.
+  static constexpr std::size_t kSegCacheBits = 14, kSegMaxBytes = 8, kSegMaxIds = 3;
+  struct SegSlot {
+    std::uint64_t key = 0;         // the segment's bytes, zero-padded
+    std::uint8_t len = 0, n = 0;   // bytes (0: empty slot), ids
+    TokenId ids[kSegMaxIds];
+  };
+  std::vector<SegSlot> seg_cache;  // (1 << kSegCacheBits), allocated on first use
 };
 
 }  // namespace lmp::tok
