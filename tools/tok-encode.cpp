@@ -1,10 +1,14 @@
 // tok-encode: text → token ids (one line of ids per input line), and back with --decode.
+#include <sys/stat.h>
+
 #include <atomic>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <limits>
 
 #include "common/cli.h"
+#include "lmpipe/core/mmap.h"
 #include "lmpipe/core/npy.h"
 #include "lmpipe/core/parallel.h"
 #include "lmpipe/core/rng.h"
@@ -24,6 +28,7 @@ struct Options {
   std::vector<std::string> files, special_tokens;
   bool decode = false, pieces = false, stats = false, json = false, no_special = false, skip_special = false;
   bool force = false, add_special = false, lowercase = false, no_lowercase = false, sample = false, zero = false;
+  bool verbose = false;
   char delim = '\n';  // input records end here ('\0' with -z)
   int threads = 1;
   std::size_t nbest = 0;
@@ -51,12 +56,12 @@ struct Worker {
   std::vector<TokenId> ids;
   std::vector<tok::PieceCount> pieces;
   tok::EncodeStats stats;
-  std::string out;
+  std::uint64_t tokens = 0, bytes = 0;  // encoded (for --verbose)
 };
 
-// Encode the lines of `slice` into w.out.
-void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view slice, Worker& w) {
-  w.out.clear();
+// Encode the lines of `slice`, appending to `out`.
+void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view slice, Worker& w, std::string& out) {
+  w.bytes += slice.size();
   w.session.pieces = o.stats ? &w.pieces : nullptr;
   std::size_t pos = 0;
   while (pos < slice.size()) {
@@ -78,78 +83,124 @@ void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view sl
       for (auto& ids : w.alternatives) {
         if (o.add_special) ids.insert(ids.begin(), t.template_prefix().begin(), t.template_prefix().end());
         if (o.format == "npy") {
-          npy::append_i32(w.out, ids.data(), ids.size());
+          npy::append_i32(out, ids.data(), ids.size());
           continue;
         }
         for (std::size_t k = 0; k < ids.size(); ++k) {
-          if (k) w.out += ' ';
-          if (o.pieces) w.out += piece_text(t, ids[k]);
-          else append_id(w.out, ids[k]);
+          if (k) out += ' ';
+          if (o.pieces) out += piece_text(t, ids[k]);
+          else append_id(out, ids[k]);
         }
-        if (terminated || &ids != &w.alternatives.back()) w.out += '\n';
+        if (terminated || &ids != &w.alternatives.back()) out += '\n';
       }
       continue;
     }
     if (o.add_special) w.ids.assign(t.template_prefix().begin(), t.template_prefix().end());
     t.encode(line, w.ids, w.session, !o.no_special);
     if (o.add_special) w.ids.insert(w.ids.end(), t.template_suffix().begin(), t.template_suffix().end());
+    w.tokens += w.ids.size();
     if (o.stats) {
       w.stats.add_line(line, w.ids.size(), w.pieces);
       w.stats.dropped_bytes += w.session.dropped_bytes() - dropped;
       w.stats.unknown_words += w.session.unknown_words() - unknown;
     }
     if (o.format == "npy") {
-      npy::append_i32(w.out, w.ids.data(), w.ids.size());
+      npy::append_i32(out, w.ids.data(), w.ids.size());
       continue;
     }
     for (std::size_t k = 0; k < w.ids.size(); ++k) {
-      if (k) w.out += ' ';
-      if (o.pieces) w.out += piece_text(t, w.ids[k]);
-      else append_id(w.out, w.ids[k]);
+      if (k) out += ' ';
+      if (o.pieces) out += piece_text(t, w.ids[k]);
+      else append_id(out, w.ids[k]);
     }
-    if (terminated) w.out += '\n';
+    if (terminated) out += '\n';
+  }
+}
+
+// Input is cut into slices of about this many bytes at line ends, which the workers
+// take as they finish the last (lines differ in cost), their ids written in order.
+constexpr std::size_t kSliceBytes = std::size_t{1} << 17;
+
+// A regular file, mapped: no copy, and no chunk to read before the first slice starts.
+Status encode_mapped(const tok::Tokenizer& t, const Options& o, std::string_view text, cli::Output* out,
+                     std::vector<std::unique_ptr<Worker>>& workers, cli::Progress& progress) {
+  std::size_t pos = 0;
+  std::vector<std::string_view> slice(workers.size());
+  Status st;
+  run_ordered(o.threads, 4 * workers.size(),
+      [&](std::size_t w, std::size_t) {
+        if (pos >= text.size()) return false;
+        std::size_t end = std::min(text.size(), pos + kSliceBytes);
+        if (end < text.size()) {
+          std::size_t nl = text.find(o.delim, end - 1);
+          end = nl == std::string_view::npos ? text.size() : nl + 1;
+        }
+        slice[w] = text.substr(pos, end - pos);
+        pos = end;
+        return true;
+      },
+      [&](std::size_t w, std::size_t, std::string& ids) { encode_slice(t, o, slice[w], *workers[w], ids); },
+      [&](std::size_t, std::string& ids) {
+        if (out) st = out->write(ids);
+        progress.update(static_cast<double>(pos) / static_cast<double>(text.size()));
+        return st.ok();
+      });
+  return st;
+}
+
+// A pipe, a terminal or standard input: chunks as they arrive, so that a pipeline runs
+// line by line.
+Status encode_stream(const tok::Tokenizer& t, const Options& o, io::ChunkReader& reader, cli::Output* out,
+                     std::vector<std::unique_ptr<Worker>>& workers, cli::Progress& progress, char& last) {
+  std::string chunk;
+  const std::size_t chunk_bytes = static_cast<std::size_t>(o.threads) << 22;
+  for (;;) {
+    LMP_ASSIGN(bool more, reader.next(chunk, chunk_bytes));
+    if (!more) return {};
+    last = chunk.back();
+    const int n_slices = o.threads == 1 ? 1 : static_cast<int>(std::max<std::size_t>(1, chunk.size() / kSliceBytes));
+    std::vector<std::string_view> slices = split_at_lines(chunk, n_slices, o.delim);
+    Status st;
+    run_ordered(o.threads, 4 * workers.size(),
+        [&](std::size_t, std::size_t k) { return k < slices.size(); },
+        [&](std::size_t w, std::size_t k, std::string& ids) { encode_slice(t, o, slices[k], *workers[w], ids); },
+        [&](std::size_t, std::string& ids) {
+          if (out) st = out->write(ids);
+          return st.ok();
+        });
+    LMP_TRY(st);
+    if (out) LMP_TRY(out->flush_stdout());
+    if (reader.size_hint())
+      progress.update(static_cast<double>(reader.bytes_read()) / static_cast<double>(reader.size_hint()));
   }
 }
 
 Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, tok::EncodeStats& total,
-                  std::uint64_t& dropped) {
+                  std::uint64_t& dropped, std::uint64_t& tokens, std::uint64_t& bytes) {
   std::vector<std::unique_ptr<Worker>> workers;
   for (int i = 0; i < o.threads; ++i) workers.push_back(std::make_unique<Worker>(t, o.seed));
-  std::string chunk;
-  std::vector<std::string> slice_out;
-  const std::size_t chunk_bytes = static_cast<std::size_t>(o.threads) << 22;
   for (const auto& file : o.files) {
-    LMP_ASSIGN(auto reader, io::ChunkReader::open(file));
-    reader->set_delimiter(o.delim);
-    cli::Progress progress("encoding " + reader->name());
-    for (;;) {
-      LMP_ASSIGN(bool more, reader->next(chunk, chunk_bytes));
-      if (!more) break;
-      // Many small slices, taken by the workers as they finish the last one (lines differ
-      // in cost, so equal halves would leave one thread idle), written back in order.
-      const int n_slices = o.threads == 1 ? 1 : static_cast<int>(std::max<std::size_t>(1, chunk.size() >> 17));
-      std::vector<std::string_view> slices = split_at_lines(chunk, n_slices, o.delim);
-      slice_out.resize(std::max(slice_out.size(), slices.size()));
-      std::atomic<std::size_t> next{0};
-      run_parallel(workers.size(), [&](std::size_t w) {
-        for (std::size_t k; (k = next.fetch_add(1)) < slices.size();) {
-          encode_slice(t, o, slices[k], *workers[w]);
-          std::swap(slice_out[k], workers[w]->out);
-        }
-      });
-      for (std::size_t k = 0; k < slices.size(); ++k)
-        if (out && !slices[k].empty()) LMP_TRY(out->write(slice_out[k]));
-      if (out) LMP_TRY(out->flush_stdout());
-      if (reader->size_hint())
-        progress.update(static_cast<double>(reader->bytes_read()) / static_cast<double>(reader->size_hint()));
+    char last = o.delim;  // the input's last byte
+    struct stat sb {};
+    if (file != "-" && ::stat(file.c_str(), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+      LMP_ASSIGN(auto mapped, MappedFile::open(file));
+      cli::Progress progress("encoding " + file);
+      LMP_TRY(encode_mapped(t, o, mapped.view(), out, workers, progress));
+      if (!mapped.view().empty()) last = mapped.view().back();
+    } else {
+      LMP_ASSIGN(auto reader, io::ChunkReader::open(file));
+      reader->set_delimiter(o.delim);
+      cli::Progress progress("encoding " + reader->name());
+      LMP_TRY(encode_stream(t, o, *reader, out, workers, progress, last));
     }
     // A file that ends without a newline still ends its last sequence.
-    if (out && o.format == "text" && !chunk.empty() && chunk.back() != o.delim && &file != &o.files.back())
-      LMP_TRY(out->write("\n"));
+    if (out && o.format == "text" && last != o.delim && &file != &o.files.back()) LMP_TRY(out->write("\n"));
   }
   for (auto& w : workers) {
     total.merge(w->stats);
     dropped += w->session.dropped_bytes();
+    tokens += w->tokens;
+    bytes += w->bytes;
   }
   return {};
 }
@@ -269,6 +320,8 @@ int main(int argc, char** argv) {
   app.add_option("--alpha", o.alpha, "with --sample: the smoothing exponent (0.1; 0 = uniform over segmentations)")
       ->check(CLI::Range(0.0, 100.0));
   app.add_option("--seed", o.seed, "with --sample: the seed of lmpipe's generator (1): the same draws on every platform");
+  app.add_flag("-v,--verbose", o.verbose,
+               "report on stderr how long the tokenizer took to load and how fast the text was encoded");
 
   lmp::cli::ToolSpec spec{
       "tok-encode", "[OPTION]... -t TOKENIZER [FILE]...",
@@ -295,6 +348,7 @@ int main(int argc, char** argv) {
     if (o.json && !o.stats) throw cli::UsageError("--json goes with --stats");
     tok::LoadOptions lo;
     lo.pre_tokenizer = o.pre_tokenizer;
+    lo.threads = o.threads;
     if (o.lowercase && o.no_lowercase) throw cli::UsageError("--lowercase and --no-lowercase contradict each other");
     if (o.lowercase) lo.lowercase = true;
     if (o.no_lowercase) lo.lowercase = false;
@@ -304,7 +358,12 @@ int main(int argc, char** argv) {
         throw cli::UsageError("--special-token takes TEXT=ID, got '" + s + "'");
       lo.special_tokens.emplace_back(s.substr(0, eq), std::stoi(s.substr(eq + 1)));
     }
+    auto loading = std::chrono::steady_clock::now();
     LMP_ASSIGN(auto t, tok::load_tokenizer(o.tokenizer, lo));
+    auto encoding = std::chrono::steady_clock::now();
+    if (o.verbose)
+      cli::note(fmt::format("loaded {} ({} tokens) in {:.0f} ms", o.tokenizer, t->vocab_size(),
+                            std::chrono::duration<double, std::milli>(encoding - loading).count()));
     if (o.nbest || o.sample) {
       if (o.nbest && o.sample) throw cli::UsageError("--nbest and --sample: one or the other");
       if (o.decode || o.stats) throw cli::UsageError("--nbest and --sample encode: not with --decode or --stats");
@@ -326,9 +385,14 @@ int main(int argc, char** argv) {
       return out->close();
     }
     tok::EncodeStats stats;
-    std::uint64_t dropped = 0;
-    LMP_TRY(encode_all(*t, o, out.get(), stats, dropped));
+    std::uint64_t dropped = 0, tokens = 0, bytes = 0;
+    LMP_TRY(encode_all(*t, o, out.get(), stats, dropped, tokens, bytes));
     if (out) LMP_TRY(out->close());
+    if (o.verbose) {
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - encoding).count();
+      cli::note(fmt::format("encoded {:.2f} MB into {} tokens in {:.3f} s: {:.1f} MB/s on {} thread{}", bytes / 1e6,
+                            tokens, s, s > 0 ? bytes / 1e6 / s : 0.0, o.threads, o.threads == 1 ? "" : "s"));
+    }
     if (dropped)
       cli::warn(fmt::format("{} input bytes have no token in this vocabulary and were left out (as HF "
                             "tokenizers does); a vocabulary trained with --initial-alphabet bytes covers all",

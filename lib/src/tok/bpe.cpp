@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "lmpipe/core/parallel.h"
 #include "lmpipe/text/unicode.h"
 #include <functional>
+#include <thread>
 
 namespace lmp::tok {
 
@@ -13,22 +15,30 @@ namespace {
 // Index tokens by their bytes. Returns the ids whose bytes an earlier id already has
 // (on duplicates the first id wins, as in HF's reverse lookup).
 std::vector<bool> index_tokens(const std::vector<std::string>& tokens, StringIdMap& ids,
-                               std::array<TokenId, 256>& byte_ids, std::size_t& max_bytes) {
-  std::vector<bool> shadowed;
+                               std::array<TokenId, 256>& byte_ids, std::size_t& max_bytes, int threads) {
+  std::vector<std::string_view> keys;
+  std::vector<TokenId> key_ids;
+  keys.reserve(tokens.size());
+  key_ids.reserve(tokens.size());
   max_bytes = 0;
-  ids.reserve(tokens.size());
   byte_ids.fill(-1);
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::string& t = tokens[i];
     if (t.empty()) continue;
+    keys.emplace_back(t);
+    key_ids.push_back(static_cast<TokenId>(i));
     max_bytes = std::max(max_bytes, t.size());
-    if (!ids.insert(std::string_view(t), static_cast<TokenId>(i))) {
-      if (shadowed.empty()) shadowed.resize(tokens.size(), false);
-      shadowed[i] = true;
-    }
     if (t.size() == 1 && byte_ids[static_cast<unsigned char>(t[0])] < 0)
       byte_ids[static_cast<unsigned char>(t[0])] = static_cast<TokenId>(i);
   }
+  std::vector<std::uint8_t> inserted;
+  ids.insert_all(keys, key_ids.data(), inserted, threads);
+  std::vector<bool> shadowed;
+  for (std::size_t k = 0; k < keys.size(); ++k)
+    if (!inserted[k]) {
+      if (shadowed.empty()) shadowed.resize(tokens.size(), false);
+      shadowed[static_cast<std::size_t>(key_ids[k])] = true;
+    }
   return shadowed;
 }
 
@@ -39,49 +49,87 @@ bool is_concat(std::string_view t, std::string_view a, std::string_view b) {
 }  // namespace
 
 Result<BpeModel> BpeModel::build(std::vector<std::string> tokens,
-                                 std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges) {
+                                 std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges, int threads) {
   BpeModel m;
   m.tokens_ = std::move(tokens);
-  std::vector<bool> shadowed = index_tokens(m.tokens_, m.ids_, m.byte_ids_, m.max_token_bytes_);
+  std::vector<bool> shadowed = index_tokens(m.tokens_, m.ids_, m.byte_ids_, m.max_token_bytes_, threads);
   m.ignore_merges_ = ignore_merges;
-  m.merges_.reserve(merges.size());
-  auto n = static_cast<TokenId>(m.tokens_.size());
-  std::string joined;
-  // Vocabularies usually list merged tokens in merge order, so the token after the
-  // previous merge's, then that one, are checked first (by content, so the result is
-  // the same as a lookup): a sequential read instead of a random probe of the index.
-  TokenId prev = -1;
-  for (std::size_t r = 0; r < merges.size(); ++r) {
-    auto [a, b] = merges[r];
-    if (a < 0 || b < 0 || a >= n || b >= n)
-      return make_error(Errc::parse, "merge {}: token id out of range", r + 1);
-    const std::string& ta = m.tokens_[static_cast<std::size_t>(a)];
-    const std::string& tb = m.tokens_[static_cast<std::size_t>(b)];
-    auto matches = [&](TokenId g) {
-      return g >= 0 && g < n && (shadowed.empty() || !shadowed[static_cast<std::size_t>(g)]) &&
-             is_concat(m.tokens_[static_cast<std::size_t>(g)], ta, tb);
-    };
-    TokenId id = prev + 1;
-    if (!matches(id)) {
-      id = prev;  // several merges making one token (vocabularies converted from tiktoken)
-      if (!matches(id)) {
-        joined = ta;
-        joined += tb;
-        id = m.find(joined);
+  const auto n = static_cast<TokenId>(m.tokens_.size());
+  const std::size_t n_merges = merges.size();
+  std::vector<std::uint64_t> keys(n_merges);
+  std::vector<MergeInfo> infos(n_merges);
+  auto parts = static_cast<std::size_t>(threads < 1 ? 1 : threads);
+  std::vector<std::size_t> first_bad(parts, n_merges);
+  std::vector<Error> errors(parts);
+  // With threads to spare, the trie of long non-ASCII pieces is built beside the merge
+  // table, not later on the first such piece, where every encoding thread would wait.
+  std::thread trie;
+  std::exception_ptr trie_error;  // (out of memory under --max-memory, say)
+  if (threads > 1)
+    trie = std::thread([&m, &trie_error] {
+      try {
+        m.span_trie();
+      } catch (...) {
+        trie_error = std::current_exception();
       }
+    });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
     }
-    if (id < 0) return make_error(Errc::parse, "merge {}: merged token is not in the vocabulary", r + 1);
-    m.merges_.set(pair_key(a, b), MergeInfo{static_cast<std::uint32_t>(r), id});
-    prev = id;
-  }
+  } join{trie};
+  parallel_ranges(n_merges, threads, [&](std::size_t begin, std::size_t end, std::size_t part) {
+    std::string joined;
+    // Vocabularies usually list merged tokens in merge order, so the token after the
+    // previous merge's, then that one, are checked first (by content, so the result is
+    // the same as a lookup): a sequential read instead of a random probe of the index.
+    TokenId prev = -1;
+    for (std::size_t r = begin; r < end; ++r) {
+      auto [a, b] = merges[r];
+      if (a < 0 || b < 0 || a >= n || b >= n) {
+        first_bad[part] = r;
+        errors[part] = make_error(Errc::parse, "merge {}: token id out of range", r + 1);
+        return;
+      }
+      const std::string& ta = m.tokens_[static_cast<std::size_t>(a)];
+      const std::string& tb = m.tokens_[static_cast<std::size_t>(b)];
+      auto matches = [&](TokenId g) {
+        return g >= 0 && g < n && (shadowed.empty() || !shadowed[static_cast<std::size_t>(g)]) &&
+               is_concat(m.tokens_[static_cast<std::size_t>(g)], ta, tb);
+      };
+      TokenId id = prev + 1;
+      if (!matches(id)) {
+        id = prev;  // several merges making one token (vocabularies converted from tiktoken)
+        if (!matches(id)) {
+          joined = ta;
+          joined += tb;
+          id = m.find(joined);
+        }
+      }
+      if (id < 0) {
+        first_bad[part] = r;
+        errors[part] = make_error(Errc::parse, "merge {}: merged token is not in the vocabulary", r + 1);
+        return;
+      }
+      keys[r] = pair_key(a, b);
+      infos[r] = MergeInfo{static_cast<std::uint32_t>(r), id};
+      prev = id;
+    }
+  });
+  for (std::size_t p = 0; p < parts; ++p)
+    if (first_bad[p] < n_merges) return errors[p];  // (the parts are in merge order)
+  m.merges_.set_all(keys.data(), infos.data(), n_merges, threads);
   m.merge_list_ = std::move(merges);
+  if (trie.joinable()) trie.join();  // (before m moves out)
+  if (trie_error) std::rethrow_exception(trie_error);
   return m;
 }
 
 Result<BpeModel> BpeModel::build_from_ranks(std::vector<std::string> tokens) {
   BpeModel m;
   m.tokens_ = std::move(tokens);
-  index_tokens(m.tokens_, m.ids_, m.byte_ids_, m.max_token_bytes_);
+  index_tokens(m.tokens_, m.ids_, m.byte_ids_, m.max_token_bytes_, 1);
   m.ignore_merges_ = true;  // tiktoken emits a piece that is itself a token directly
   m.from_ranks_ = true;
   m.merges_.reserve(m.tokens_.size() * 4);

@@ -1,6 +1,7 @@
 #include "lmpipe/tok/tokenizer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 
 #include "lmpipe/text/unicode.h"
@@ -11,15 +12,13 @@
 namespace lmp::tok {
 
 namespace {
-constexpr std::size_t kCacheSize = 1 << 14;     // entries, direct-mapped
-constexpr std::size_t kCacheMaxPiece = 64;      // bytes; longer pieces are not cached
 
 bool is_word_byte_char(std::uint32_t cp) {
   return (text::char_class(cp) & (text::kLetter | text::kDigit | text::kConnector | text::kMark)) != 0;
 }
 }  // namespace
 
-Session::Session(const Tokenizer&) : cache_(kCacheSize) {}
+Session::Session(const Tokenizer&) : cache_(std::size_t{1} << kCacheBits, CacheSlot{}) {}
 
 namespace {
 TokenizerSpec bpe_spec(std::unique_ptr<PreTokenizer> pre, Normalization norm, bool prefix_space) {
@@ -205,24 +204,33 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
 }
 
 void Tokenizer::encode_piece(std::string_view piece, std::vector<TokenId>& out, Session& s) const {
-  if (piece.size() > kCacheMaxPiece || piece.size() < 2 || (bpe_ && bpe_->segments(piece))) {
+  using Slot = Session::CacheSlot;
+  if (piece.size() > Session::kCacheMaxPiece || piece.size() < 2 || (bpe_ && bpe_->segments(piece))) {
     if (bpe_) bpe_->encode(piece, out, s.scratch_.bpe);
     else model_->encode(piece, out, s.scratch_);
     return;
   }
-  std::size_t h = std::hash<std::string_view>{}(piece) & (kCacheSize - 1);
-  auto& e = s.cache_[h];
-  if (e.key == piece) {
-    out.insert(out.end(), e.ids.begin(), e.ids.end());
+  std::uint64_t key[3] = {0, 0, 0};
+  std::memcpy(key, piece.data(), piece.size());
+  std::uint64_t h = (key[0] * 0x9E3779B97F4A7C15ULL) ^ (key[1] * 0xC2B2AE3D27D4EB4FULL) ^
+                    (key[2] * 0x165667B19E3779F9ULL) ^ piece.size();
+  h ^= h >> 31;
+  Slot& e = s.cache_[static_cast<std::size_t>((h * 0xBF58476D1CE4E5B9ULL) >> (64 - Session::kCacheBits))];
+  if (e.len == piece.size() && e.key[0] == key[0] && e.key[1] == key[1] && e.key[2] == key[2]) {
+    for (std::uint8_t k = 0; k < e.n; ++k) out.push_back(e.ids[k]);
     return;
   }
   std::size_t before = out.size();
   std::uint64_t dropped = s.scratch_.bpe.dropped_bytes, unknown = s.scratch_.unknown;
-  model_->encode(piece, out, s.scratch_);
+  if (bpe_) bpe_->encode(piece, out, s.scratch_.bpe);
+  else model_->encode(piece, out, s.scratch_);
   // Keep the drop and unknown counts exact: don't cache what changed them.
-  if (s.scratch_.bpe.dropped_bytes != dropped || s.scratch_.unknown != unknown) return;
-  e.key.assign(piece);
-  e.ids.assign(out.begin() + static_cast<std::ptrdiff_t>(before), out.end());
+  std::size_t n = out.size() - before;
+  if (s.scratch_.bpe.dropped_bytes != dropped || s.scratch_.unknown != unknown || n > Session::kCacheMaxIds) return;
+  std::memcpy(e.key, key, sizeof key);
+  e.len = static_cast<std::uint8_t>(piece.size());
+  e.n = static_cast<std::uint8_t>(n);
+  std::copy(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(), e.ids);
 }
 
 namespace {

@@ -189,34 +189,46 @@ struct Vocab {
 };
 
 template <class Special>
-Status parse_vocab(json::Value vocab, Vocab& v, Special&& special, bool byte_level = true) {
+Status parse_vocab(json::Value vocab, Vocab& v, Special&& special, bool byte_level = true, int threads = 1) {
+  const std::size_t n = vocab.size();
+  std::vector<TokenId> ids(n);
   std::int64_t max_id = -1;
-  for (std::size_t i = 0; i < vocab.size(); ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     auto id = vocab.val(i).integer();
     if (!id || *id < 0 || *id >= (std::int64_t{1} << 31) - 1)
       return make_error(Errc::parse, "{}: id of {} must be a non-negative integer", vocab.val(i).where(),
                         quote(vocab.key(i).str()));
     max_id = std::max(max_id, *id);
+    ids[i] = static_cast<TokenId>(*id);
   }
-  if (max_id >= static_cast<std::int64_t>(vocab.size()) * 4 + 1024)
+  if (max_id >= static_cast<std::int64_t>(n) * 4 + 1024)
     return make_error(Errc::parse, "{}: vocab ids are too sparse (largest id {} for {} tokens)", vocab.where(),
-                      max_id, vocab.size());
-  v.tokens.assign(static_cast<std::size_t>(max_id + 1), std::string());
-  v.text_ids.reserve(vocab.size());
-  std::vector<bool> used(v.tokens.size(), false);
-  for (std::size_t i = 0; i < vocab.size(); ++i) {
-    auto id = static_cast<TokenId>(*vocab.val(i).integer());
-    std::string_view key = vocab.key(i).str();
-    if (!v.text_ids.insert(key, id))
-      return make_error(Errc::parse, "{}: duplicate vocab entry {}", vocab.key(i).where(), quote(key));
-    if (used[static_cast<std::size_t>(id)])
-      return make_error(Errc::parse, "{}: id {} is given to two tokens", vocab.val(i).where(), id);
-    used[static_cast<std::size_t>(id)] = true;
-    std::string& bytes = v.tokens[static_cast<std::size_t>(id)];
-    if (!byte_level) bytes.assign(key);
-    else if (!special(id, key)) vocab_bytes(key, bytes);
-    else if (!byte_level_to_bytes(key, bytes)) bytes.clear();
+                      max_id, n);
+  // The first entry in file order that repeats an id or a key is the error.
+  std::size_t bad = n;
+  std::vector<bool> used(static_cast<std::size_t>(max_id + 1), false);
+  for (std::size_t i = 0; i < n && bad == n; ++i) {
+    if (used[static_cast<std::size_t>(ids[i])]) bad = i;
+    used[static_cast<std::size_t>(ids[i])] = true;
   }
+  std::vector<std::string_view> keys(n);
+  for (std::size_t i = 0; i < n; ++i) keys[i] = vocab.key(i).str();
+  std::vector<std::uint8_t> inserted;
+  v.text_ids.insert_all(keys, ids.data(), inserted, threads);
+  for (std::size_t i = 0; i < bad; ++i)
+    if (!inserted[i]) {
+      return make_error(Errc::parse, "{}: duplicate vocab entry {}", vocab.key(i).where(), quote(keys[i]));
+    }
+  if (bad < n) return make_error(Errc::parse, "{}: id {} is given to two tokens", vocab.val(bad).where(), ids[bad]);
+  v.tokens.assign(static_cast<std::size_t>(max_id + 1), std::string());
+  parallel_ranges(n, threads, [&](std::size_t b, std::size_t e, std::size_t) {
+    for (std::size_t i = b; i < e; ++i) {  // (ids are distinct: each thread fills its own tokens)
+      std::string& bytes = v.tokens[static_cast<std::size_t>(ids[i])];
+      if (!byte_level) bytes.assign(keys[i]);
+      else if (!special(ids[i], keys[i])) vocab_bytes(keys[i], bytes);
+      else if (!byte_level_to_bytes(keys[i], bytes)) bytes.clear();
+    }
+  });
   return {};
 }
 
@@ -251,18 +263,61 @@ std::optional<std::pair<std::string_view, std::string_view>> split_merge(std::st
   return std::pair{s.substr(0, sp), s.substr(sp + 1)};
 }
 
-// model.merges ("a b" strings or ["a", "b"] pairs) as pairs of ids, in order.
-Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std::pair<TokenId, TokenId>>& pairs) {
-  pairs.reserve(merges.size());
-  for (std::size_t r = 0; r < merges.size(); ++r) {
-    json::Value m = merges[r];
-    std::optional<std::pair<std::string_view, std::string_view>> ab;
-    if (m.is_string()) ab = split_merge(m.str());
-    else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) ab = std::pair{m[0].str(), m[1].str()};
-    if (!ab) return make_error(Errc::parse, "{}: merge {} must be \"a b\" or [\"a\", \"b\"]", m.where(), r + 1);
-    LMP_ASSIGN(auto pair, resolve_merge(ids, ab->first, ab->second, [&] { return m.where(); }, r + 1));
-    pairs.push_back(pair);
-  }
+// model.merges ("a b" strings or ["a", "b"] pairs) as pairs of ids, in order, on
+// `threads` threads; the error is the first bad merge in file order.
+Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std::pair<TokenId, TokenId>>& pairs,
+                    int threads = 1) {
+  const std::size_t n = merges.size();
+  pairs.assign(n, {-1, -1});
+  auto parts = static_cast<std::size_t>(threads < 1 ? 1 : threads);
+  std::vector<std::size_t> first_bad(parts, n);
+  std::vector<Error> errors(parts);
+  parallel_ranges(n, threads, [&](std::size_t b, std::size_t e, std::size_t part) {
+    // Blocks of merges: split and hash them all, prefetch their slots, then look up.
+    constexpr std::size_t kBlock = 16;
+    std::string_view text[2 * kBlock];
+    std::uint64_t hash[2 * kBlock];
+    for (std::size_t r0 = b; r0 < e; r0 += kBlock) {
+      std::size_t r1 = std::min(e, r0 + kBlock), split_bad = n;
+      for (std::size_t r = r0; r < r1; ++r) {
+        json::Value m = merges[r];
+        std::optional<std::pair<std::string_view, std::string_view>> ab;
+        if (m.is_string()) ab = split_merge(m.str());
+        else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) ab = std::pair{m[0].str(), m[1].str()};
+        if (!ab) {
+          split_bad = r;
+          r1 = r;  // look up the ones before it: an earlier error comes first
+          break;
+        }
+        std::size_t k = 2 * (r - r0);
+        text[k] = ab->first;
+        text[k + 1] = ab->second;
+        for (std::size_t q = k; q < k + 2; ++q) {
+          hash[q] = hash_bytes(text[q].data(), text[q].size());
+          ids.prefetch(hash[q]);
+        }
+      }
+      for (std::size_t r = r0; r < r1; ++r) {
+        std::size_t k = 2 * (r - r0);
+        TokenId ia = ids.find(text[k], hash[k]), ib = ids.find(text[k + 1], hash[k + 1]);
+        if (ia < 0 || ib < 0) {
+          first_bad[part] = r;
+          errors[part] = make_error(Errc::parse, "{}: merge {}: token {} is not in the vocabulary", merges[r].where(),
+                                    r + 1, quote(ia < 0 ? text[k] : text[k + 1]));
+          return;
+        }
+        pairs[r] = {ia, ib};
+      }
+      if (split_bad < n) {
+        first_bad[part] = split_bad;
+        errors[part] = make_error(Errc::parse, "{}: merge {} must be \"a b\" or [\"a\", \"b\"]",
+                                  merges[split_bad].where(), split_bad + 1);
+        return;
+      }
+    }
+  });
+  for (std::size_t p = 0; p < parts; ++p)
+    if (first_bad[p] < n) return errors[p];  // (the parts are in file order)
   return {};
 }
 
@@ -372,7 +427,7 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(json::Value root, con
 
 }  // namespace
 
-Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const std::string& name) {
+Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const std::string& name, int threads) {
   LMP_ASSIGN(auto doc, json::Document::parse(std::move(text), name));
   json::Value root = doc->root();
   if (!root.is_object()) return make_error(Errc::parse, "{}: not a tokenizer.json (top level is not an object)", name);
@@ -410,19 +465,19 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const s
   Vocab v;
   LMP_TRY(parse_vocab(vocab, v, [&](TokenId id, std::string_view) {
     return static_cast<std::size_t>(id) < special_ids.size() && special_ids[static_cast<std::size_t>(id)];
-  }));
+  }, /*byte_level=*/true, threads));
   LMP_TRY(check_added_ids(added, v.tokens.size(), root.get("added_tokens").where()));
 
   json::Value merges = model.get("merges");
   std::vector<std::pair<TokenId, TokenId>> pairs;
   if (merges.valid() && !merges.is_null()) {
     if (!merges.is_array()) return make_error(Errc::parse, "{}: model.merges must be an array", merges.where());
-    LMP_TRY(parse_merges(merges, v.text_ids, pairs));
+    LMP_TRY(parse_merges(merges, v.text_ids, pairs, threads));
   }
   json::Value im = model.get("ignore_merges");
   bool ignore_merges = im.is_bool() && im.boolean();
   std::size_t n_merges = pairs.size();
-  auto built = BpeModel::build(std::move(v.tokens), std::move(pairs), ignore_merges);
+  auto built = BpeModel::build(std::move(v.tokens), std::move(pairs), ignore_merges, threads);
   if (!built.ok())
     return locate_merge_error(std::move(built).error(), n_merges, [&](std::size_t i) { return merges[i].where(); });
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
@@ -874,7 +929,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, const
   while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) ++i;
   if (i < text.size() && text[i] == '{') {
     // A tokenizer.json has a "model"; a GPT-2 vocab.json maps tokens to ids.
-    if (looks_like_tokenizer_json(text)) return load_tokenizer_json(std::move(text), path);
+    if (looks_like_tokenizer_json(text)) return load_tokenizer_json(std::move(text), path, opts.threads);
     std::string dir = path.substr(0, path.size() - base.size());
     return load_gpt2_files(path, dir + "merges.txt");
   }

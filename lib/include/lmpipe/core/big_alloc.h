@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace lmp {
@@ -41,5 +44,59 @@ struct BigAllocator {
 
 template <class T>
 using big_vector = std::vector<T, BigAllocator<T>>;
+
+// ZeroedArray: a fixed-size array of trivially copyable T whose bytes start at zero.
+// A large one (2 MiB or more) takes fresh pages from the kernel and writes nothing: a
+// page is zeroed when first touched, by the thread that touches it, so tables whose
+// empty slot is all zero bytes are filled in parallel without a serial clearing pass.
+template <class T>
+class ZeroedArray {
+  static_assert(std::is_trivially_copyable_v<T>);
+
+ public:
+  ZeroedArray() = default;
+  explicit ZeroedArray(std::size_t n) : n_(n) {
+    if (n == 0) return;
+    if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_alloc();
+    if (bytes() >= kHugePage) {
+      p_ = static_cast<T*>(big_allocate(bytes()));
+    } else {
+      p_ = static_cast<T*>(::operator new(bytes(), std::align_val_t{alignof(T)}));
+      std::memset(static_cast<void*>(p_), 0, bytes());
+    }
+  }
+  ZeroedArray(ZeroedArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  ZeroedArray& operator=(ZeroedArray&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  ZeroedArray(const ZeroedArray&) = delete;
+  ZeroedArray& operator=(const ZeroedArray&) = delete;
+  ~ZeroedArray() { release(); }
+
+  std::size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  T& operator[](std::size_t i) { return p_[i]; }
+  const T& operator[](std::size_t i) const { return p_[i]; }
+  T* begin() { return p_; }
+  T* end() { return p_ + n_; }
+  const T* begin() const { return p_; }
+  const T* end() const { return p_ + n_; }
+
+ private:
+  std::size_t bytes() const { return n_ * sizeof(T); }
+  void release() noexcept {
+    if (!p_) return;
+    if (bytes() >= kHugePage) big_free(p_, bytes());
+    else ::operator delete(p_, std::align_val_t{alignof(T)});
+    p_ = nullptr;
+  }
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
 
 }  // namespace lmp

@@ -2,11 +2,13 @@
 // hot lookups of BPE (pair → merge) where std::unordered_map's node chasing costs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "lmpipe/core/big_alloc.h"
+#include "lmpipe/core/parallel.h"
 
 namespace lmp {
 
@@ -124,39 +126,85 @@ class InlineMap64 {
   void set(std::uint64_t key, const V& v) {
     if ((size_ + 1) * 3 > e_.size() * 2) rehash(e_.size() * 2);
     Entry& e = e_[slot(key)];
-    if (e.key == kEmpty) {
-      e.key = key;
+    if (e.nkey == 0) {
+      e.nkey = ~key;
       ++size_;
     }
     e.val = v;
   }
   const V* find(std::uint64_t key) const {
     const Entry& e = e_[slot(key)];
-    return e.key == kEmpty ? nullptr : &e.val;
+    return e.nkey == 0 ? nullptr : &e.val;
+  }
+  // set(keys[i], vals[i]) for i = 0, 1, ... in order (a later value overwrites), on
+  // `threads` threads, each owning a share of the slots; a probe that would leave its
+  // share is set afterwards, in order (see StringIdMap::insert_all). kEmpty is no key.
+  void set_all(const std::uint64_t* keys, const V* vals, std::size_t n, int threads) {
+    reserve(size_ + n);
+    const std::size_t cap = e_.size(), mask = cap - 1;
+    const auto parts = static_cast<std::size_t>(threads < 1 ? 1 : threads);
+    std::vector<std::vector<std::uint32_t>> spilled(parts);
+    std::vector<std::size_t> added(parts, 0);
+    run_parallel(parts, [&](std::size_t part) {
+      const std::size_t lo = cap * part / parts, hi = cap * (part + 1) / parts;
+      constexpr std::size_t kAhead = 16;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (i + kAhead < n) {
+          std::size_t ahead = static_cast<std::size_t>(FlatMap64<V>::hash(keys[i + kAhead])) & mask;
+          if (ahead >= lo && ahead < hi) __builtin_prefetch(&e_[ahead]);
+        }
+        std::size_t j = static_cast<std::size_t>(FlatMap64<V>::hash(keys[i])) & mask;
+        if (j < lo || j >= hi) continue;
+        for (;; ++j) {
+          if (j == hi) {
+            spilled[part].push_back(static_cast<std::uint32_t>(i));
+            break;
+          }
+          Entry& e = e_[j];
+          if (e.nkey == 0) {
+            e.nkey = ~keys[i];
+            ++added[part];
+          }
+          if (e.nkey == ~keys[i]) {
+            e.val = vals[i];
+            break;
+          }
+        }
+      }
+    });
+    std::vector<std::uint32_t> rest;
+    for (std::size_t p = 0; p < parts; ++p) {
+      size_ += added[p];
+      rest.insert(rest.end(), spilled[p].begin(), spilled[p].end());
+    }
+    std::sort(rest.begin(), rest.end());
+    for (std::uint32_t i : rest) set(keys[i], vals[i]);
   }
 
  private:
+  // The key is stored complemented, so that an entry of zero bytes is empty (kEmpty is
+  // no key) and a ZeroedArray starts empty without being written.
   struct Entry {
-    std::uint64_t key = kEmpty;
-    V val{};
+    std::uint64_t nkey;  // ~key; 0: empty
+    V val;
   };
   std::size_t slot(std::uint64_t key) const {
     std::size_t mask = e_.size() - 1;
     std::size_t i = static_cast<std::size_t>(FlatMap64<V>::hash(key)) & mask;
-    while (e_[i].key != kEmpty && e_[i].key != key) i = (i + 1) & mask;
+    while (e_[i].nkey != 0 && e_[i].nkey != ~key) i = (i + 1) & mask;
     return i;
   }
   void rehash(std::size_t cap) {
-    big_vector<Entry> old = std::move(e_);
-    e_.assign(cap, Entry{});
+    ZeroedArray<Entry> old = std::move(e_);
+    e_ = ZeroedArray<Entry>(cap);
     size_ = 0;
     for (const Entry& o : old)
-      if (o.key != kEmpty) {
-        e_[slot(o.key)] = o;
+      if (o.nkey != 0) {
+        e_[slot(~o.nkey)] = o;
         ++size_;
       }
   }
-  big_vector<Entry> e_;
+  ZeroedArray<Entry> e_;
   std::size_t size_ = 0;
 };
 

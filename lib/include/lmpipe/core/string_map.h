@@ -3,12 +3,14 @@
 // with std::hash costs a third of loading a 128K-token vocabulary.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
 #include <vector>
 
 #include "lmpipe/core/big_alloc.h"
+#include "lmpipe/core/parallel.h"
 
 namespace lmp {
 
@@ -44,24 +46,91 @@ class StringIdMap {
     if ((size_ + 1) * 2 > slots_.size()) rehash(slots_.empty() ? 16 : slots_.size() * 2);
     std::uint64_t h = hash_bytes(key.data(), key.size());
     std::size_t i = probe(key, h);
-    if (slots_[i].id >= 0) return false;
-    slots_[i] = Slot{prefix(key), key.data(), static_cast<std::uint32_t>(key.size()), id};
+    if (slots_[i].id1 != 0) return false;
+    slots_[i] = Slot{prefix(key), key.data(), static_cast<std::uint32_t>(key.size()), static_cast<std::uint32_t>(id) + 1};
     ++size_;
     return true;
   }
   std::int32_t find(std::string_view key) const {
     if (slots_.empty()) return -1;
-    return slots_[probe(key, hash_bytes(key.data(), key.size()))].id;
+    return slots_[probe(key, hash_bytes(key.data(), key.size()))].id();
+  }
+  // find() with the key's hash_bytes already computed, and a prefetch of its first slot:
+  // a batch of lookups that prefetches a few keys ahead waits for memory once, not per key.
+  std::int32_t find(std::string_view key, std::uint64_t h) const {
+    return slots_.empty() ? -1 : slots_[probe(key, h)].id();
+  }
+  void prefetch(std::uint64_t h) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[static_cast<std::size_t>(h >> 7) & (slots_.size() - 1)]);
+  }
+
+  // insert(keys[i], ids[i]) for i = 0, 1, ... in order, on `threads` threads; inserted[i]
+  // says whether key i went in (0: an earlier key is equal). Each thread takes the keys
+  // whose home slot lies in its share of the table, so that their probes stay there; a
+  // probe that would leave the share goes in afterwards, in order. Lookups then answer as
+  // after the sequential inserts. The keys' bytes must outlive the map, as for insert().
+  void insert_all(const std::vector<std::string_view>& keys, const std::int32_t* ids,
+                  std::vector<std::uint8_t>& inserted, int threads) {
+    const std::size_t n = keys.size();
+    reserve(size_ + n);
+    inserted.assign(n, 0);
+    std::vector<std::uint64_t> hashes(n);
+    parallel_ranges(n, threads, [&](std::size_t b, std::size_t e, std::size_t) {
+      for (std::size_t i = b; i < e; ++i) hashes[i] = hash_bytes(keys[i].data(), keys[i].size());
+    });
+    const std::size_t cap = slots_.size(), mask = cap - 1;
+    const auto parts = static_cast<std::size_t>(threads < 1 ? 1 : threads);
+    std::vector<std::vector<std::uint32_t>> spilled(parts);
+    std::vector<std::size_t> placed(parts, 0);
+    run_parallel(parts, [&](std::size_t part) {
+      const std::size_t lo = cap * part / parts, hi = cap * (part + 1) / parts;
+      constexpr std::size_t kAhead = 16;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (i + kAhead < n) {
+          std::size_t ahead = static_cast<std::size_t>(hashes[i + kAhead] >> 7) & mask;
+          if (ahead >= lo && ahead < hi) __builtin_prefetch(&slots_[ahead]);
+        }
+        std::size_t j = static_cast<std::size_t>(hashes[i] >> 7) & mask;
+        if (j < lo || j >= hi) continue;
+        std::string_view key = keys[i];
+        std::uint64_t head = prefix(key);
+        for (;; ++j) {
+          if (j == hi) {
+            spilled[part].push_back(static_cast<std::uint32_t>(i));
+            break;
+          }
+          Slot& s = slots_[j];
+          if (s.id1 == 0) {
+            s = Slot{head, key.data(), static_cast<std::uint32_t>(key.size()), static_cast<std::uint32_t>(ids[i]) + 1};
+            inserted[i] = 1;
+            ++placed[part];
+            break;
+          }
+          if (s.head == head && s.len == key.size() &&
+              (key.size() <= 8 || std::memcmp(s.p + 8, key.data() + 8, key.size() - 8) == 0))
+            break;
+        }
+      }
+    });
+    std::vector<std::uint32_t> rest;
+    for (std::size_t p = 0; p < parts; ++p) {
+      size_ += placed[p];
+      rest.insert(rest.end(), spilled[p].begin(), spilled[p].end());
+    }
+    std::sort(rest.begin(), rest.end());
+    for (std::uint32_t i : rest) inserted[i] = insert(keys[i], ids[i]) ? 1 : 0;
   }
 
  private:
   // The first 8 bytes live in the slot: most tokens are that short, so a lookup
   // touches one slot and never the key's own bytes (a second cache miss).
+  // All zero bytes: an empty slot (a ZeroedArray starts empty without being written).
   struct Slot {
-    std::uint64_t head = 0;  // first min(8, len) bytes, zero-padded
-    const char* p = nullptr;
-    std::uint32_t len = 0;
-    std::int32_t id = -1;
+    std::uint64_t head;  // first min(8, len) bytes, zero-padded
+    const char* p;
+    std::uint32_t len;
+    std::uint32_t id1;   // the id + 1; 0: empty
+    std::int32_t id() const { return static_cast<std::int32_t>(id1) - 1; }
   };
   static std::uint64_t prefix(std::string_view k) {
     std::uint64_t v = 0;
@@ -74,7 +143,7 @@ class StringIdMap {
     std::uint64_t head = prefix(key);
     for (;;) {
       const Slot& s = slots_[i];
-      if (s.id < 0) return i;
+      if (s.id1 == 0) return i;
       if (s.head == head && s.len == key.size() &&
           (key.size() <= 8 || std::memcmp(s.p + 8, key.data() + 8, key.size() - 8) == 0))
         return i;
@@ -82,17 +151,17 @@ class StringIdMap {
     }
   }
   void rehash(std::size_t cap) {
-    big_vector<Slot> old = std::move(slots_);
-    slots_.assign(cap, Slot{});
+    ZeroedArray<Slot> old = std::move(slots_);
+    slots_ = ZeroedArray<Slot>(cap);
     size_ = 0;
     for (const Slot& s : old)
-      if (s.id >= 0) {
+      if (s.id1 != 0) {
         std::string_view k(s.p, s.len);
         slots_[probe(k, hash_bytes(s.p, s.len))] = s;
         ++size_;
       }
   }
-  big_vector<Slot> slots_;
+  ZeroedArray<Slot> slots_;
   std::size_t size_ = 0;
 };
 

@@ -45,8 +45,10 @@ class BpeModel final : public Model {
   // `merges` = (left id, right id) in rank order; the merged bytes must be a token.
   // With `rank_by_token` (tiktoken), pairs are derived instead: every split a+b of a
   // token t with a and b tokens is a merge of rank id(t).
+  // `threads` > 1 builds the indexes on that many threads (the same model).
   static Result<BpeModel> build(std::vector<std::string> tokens,
-                                std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges);
+                                std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
+                                int threads = 1);
   static Result<BpeModel> build_from_ranks(std::vector<std::string> tokens);
   // SentencePiece-style BPE in HF's form (Mistral, Llama 2 converted): the symbols are
   // characters, not bytes; a character not in the vocabulary becomes its <0xXX> byte

@@ -89,14 +89,18 @@ class Session {
   friend class Tokenizer;
   std::deque<std::string> words_;  // SentencePiece: word texts behind `pieces` records
   std::string mapped_;             // the segment after a Precompiled character map
-  struct CacheEntry {
-    std::string key;
-    std::vector<TokenId> ids;
+  // A direct-mapped cache of recent pieces (HF caches words too): a piece of up to 24
+  // bytes and up to 9 ids fits one 64-byte slot, so that a hit reads one cache line.
+  static constexpr std::size_t kCacheBits = 13, kCacheMaxPiece = 24, kCacheMaxIds = 9;
+  struct CacheSlot {
+    std::uint64_t key[3];       // the piece's bytes, zero-padded
+    std::uint8_t len, n;        // bytes (0: empty), ids
+    TokenId ids[kCacheMaxIds];
   };
   ModelScratch scratch_;
   std::vector<Range> ranges_;
   std::string norm_;
-  std::vector<CacheEntry> cache_;  // direct-mapped by hash
+  std::vector<CacheSlot> cache_;  // (1 << kCacheBits)
 };
 
 class Tokenizer {
@@ -175,6 +179,8 @@ struct LoadOptions {
   // BERT vocab.txt: lowercase (and strip accents) or not; unset: lowercase unless the
   // vocabulary has capital letters outside its [SPECIAL] tokens.
   std::optional<bool> lowercase;
+  // Threads to build a large vocabulary's indexes with (the same tokenizer at any count).
+  int threads = 1;
 };
 
 // Load a tokenizer file, detecting the format: HF tokenizer.json, GPT-2 vocab.json
@@ -184,7 +190,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
                                                   const LoadOptions& opts = {});
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text,
-                                                       const std::string& name);
+                                                       const std::string& name, int threads = 1);
 Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_json,
                                                    const std::string& merges_txt);
 Result<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& path, const LoadOptions& opts);
