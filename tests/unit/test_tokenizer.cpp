@@ -70,6 +70,51 @@ TEST_CASE("a written tokenizer.json loads back and encodes the same", "[tok]") {
   CHECK(to_tokenizer_json(*back.value()) == j);
 }
 
+TEST_CASE("a tokenizer.json loaded on 1-4 threads is the same tokenizer", "[tok][threads]") {
+  // A vocabulary large enough that every thread has merges and slots of its own.
+  auto pre = make_pre_tokenizer("cl100k");
+  REQUIRE(pre.ok());
+  WordCounter wc(*pre.value(), 1);
+  std::mt19937 rng(4);
+  std::string corpus;
+  for (int i = 0; i < 20000; ++i) corpus += "the quick brown 中文字符 fox jumps 12345 over"[rng() % 45];
+  wc.add(corpus);
+  BpeTrainerConfig cfg;
+  cfg.vocab_size = 1200;
+  cfg.initial_alphabet_bytes = true;
+  TrainReport rep;
+  auto trained = train_bpe(wc.take(), cfg, std::move(pre).value(), rep);
+  REQUIRE(trained.ok());
+  std::string j = to_tokenizer_json(*trained.value());
+  auto one = load_tokenizer_json(j, "t.json", 1);
+  REQUIRE(one.ok());
+  for (int threads = 2; threads <= 4; ++threads) {
+    auto many = load_tokenizer_json(j, "t.json", threads);
+    REQUIRE(many.ok());
+    CHECK(to_tokenizer_json(*many.value()) == j);
+    for (int k = 0; k < 200; ++k) {
+      std::string s = corpus.substr(rng() % 19000, rng() % 300);
+      REQUIRE(encode(*many.value(), s) == encode(*one.value(), s));
+    }
+  }
+  // A broken file names its first error in file order, on any number of threads.
+  // (to_tokenizer_json writes merges as ["a","b"] pairs.)
+  std::string bad = j;
+  auto merges = bad.find("\"merges\":[[\"");
+  REQUIRE(merges != std::string::npos);
+  std::size_t first_merge = merges + 12;  // the first merge's first token
+  std::size_t later = bad.find("],[\"", first_merge + 4000);
+  REQUIRE(later != std::string::npos);
+  bad.insert(later + 4, "x");           // a later merge names an unknown token...
+  bad.insert(first_merge, "nosuch");  // ...and so does the first one
+  for (int threads = 1; threads <= 4; ++threads) {
+    auto e = load_tokenizer_json(bad, "b.json", threads);
+    REQUIRE_FALSE(e.ok());
+    INFO(e.error().message);
+    CHECK(e.error().message.find("merge 1:") != std::string::npos);
+  }
+}
+
 TEST_CASE("bytes outside a limited alphabet are dropped and counted", "[tok]") {
   auto t = small_tokenizer("gpt2", false);
   Session s(*t);

@@ -15,7 +15,7 @@ std::string_view Value::str() const {
   const auto& n = doc_->nodes_[idx_];
   if (n.type != Type::string) return {};
   if (n.flag) return doc_->arena_[n.a];
-  return std::string_view(doc_->src_).substr(n.a, n.b);
+  return doc_->src_.substr(n.a, n.b);
 }
 
 double Value::num() const {
@@ -327,8 +327,21 @@ class Parser {
 
 Result<std::unique_ptr<Document>> Document::parse(std::string text, std::string name) {
   std::unique_ptr<Document> d(new Document());
-  d->src_ = std::move(text);
+  d->text_ = std::move(text);
+  d->src_ = d->text_;
   d->name_ = std::move(name);
+  return parse_src(std::move(d));
+}
+
+Result<std::unique_ptr<Document>> Document::parse(MappedFile file, std::string name) {
+  std::unique_ptr<Document> d(new Document());
+  d->file_ = std::move(file);
+  d->src_ = d->file_.view();
+  d->name_ = std::move(name);
+  return parse_src(std::move(d));
+}
+
+Result<std::unique_ptr<Document>> Document::parse_src(std::unique_ptr<Document> d) {
   d->nodes_.reserve(d->src_.size() / 8 + 16);
   d->kids_.reserve(d->src_.size() / 8 + 16);
   Parser p(*d);

@@ -7,6 +7,7 @@
 
 #include "lmpipe/core/io.h"
 #include "lmpipe/core/json.h"
+#include "lmpipe/core/mmap.h"
 #include "lmpipe/core/string_map.h"
 #include "lmpipe/text/unicode.h"
 #include "lmpipe/tok/byte_level.h"
@@ -425,10 +426,9 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(json::Value root, con
   return std::make_unique<Tokenizer>(std::move(bpe), std::move(spec), std::move(added), std::move(info));
 }
 
-}  // namespace
-
-Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const std::string& name, int threads) {
-  LMP_ASSIGN(auto doc, json::Document::parse(std::move(text), name));
+// A parsed tokenizer.json (from a string or a mapped file).
+Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Document> doc, const std::string& name,
+                                                      int threads) {
   json::Value root = doc->root();
   if (!root.is_object()) return make_error(Errc::parse, "{}: not a tokenizer.json (top level is not an object)", name);
   json::Value model = root.get("model");
@@ -483,6 +483,12 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const s
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
   return std::make_unique<Tokenizer>(std::move(built).value(), std::move(spec.pre), norm,
                                      spec.prefix_space, std::move(added), std::move(info));
+}
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const std::string& name, int threads) {
+  LMP_ASSIGN(auto doc, json::Document::parse(std::move(text), name));
+  return load_tokenizer_doc(std::move(doc), name, threads);
 }
 
 // ---- WordPiece (BERT) ----------------------------------------------------------------
@@ -924,12 +930,17 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, const
       return load_gguf_tokenizer(*f);
     }
   }
-  LMP_ASSIGN(std::string text, io::read_file(path));
+  // Mapped, not read: a 9 MB tokenizer.json is parsed in place.
+  LMP_ASSIGN(MappedFile file, MappedFile::open(path));
+  std::string_view text = file.view();
   std::size_t i = 0;
   while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) ++i;
   if (i < text.size() && text[i] == '{') {
     // A tokenizer.json has a "model"; a GPT-2 vocab.json maps tokens to ids.
-    if (looks_like_tokenizer_json(text)) return load_tokenizer_json(std::move(text), path, opts.threads);
+    if (looks_like_tokenizer_json(text)) {
+      LMP_ASSIGN(auto doc, json::Document::parse(std::move(file), path));
+      return load_tokenizer_doc(std::move(doc), path, opts.threads);
+    }
     std::string dir = path.substr(0, path.size() - base.size());
     return load_gpt2_files(path, dir + "merges.txt");
   }

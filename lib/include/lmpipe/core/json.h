@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "lmpipe/core/big_alloc.h"
+#include "lmpipe/core/mmap.h"
 #include "lmpipe/core/result.h"
 
 namespace lmp::json {
@@ -63,6 +64,8 @@ class Document {
  public:
   // Parse `text` (kept by the Document). `name` is used in error messages.
   static Result<std::unique_ptr<Document>> parse(std::string text, std::string name);
+  // Parse a mapped file in place (kept mapped by the Document): no copy of the text.
+  static Result<std::unique_ptr<Document>> parse(MappedFile file, std::string name);
   Value root() const { return Value(this, 0); }
   const std::string& name() const { return name_; }
   std::string location(std::uint32_t offset) const;  // "name:line:col"
@@ -81,7 +84,10 @@ class Document {
     double num;
     std::int64_t i64;
   };
-  std::string src_;
+  static Result<std::unique_ptr<Document>> parse_src(std::unique_ptr<Document> d);
+  std::string text_;        // the text, when given as a string
+  MappedFile file_;         // or the file it is mapped from
+  std::string_view src_;    // the one of the two that holds the text
   std::string name_;
   big_vector<Node> nodes_;
   big_vector<Number> nums_;
