@@ -145,17 +145,24 @@ class InlineMap64 {
     const auto parts = static_cast<std::size_t>(threads < 1 ? 1 : threads);
     std::vector<std::vector<std::uint32_t>> spilled(parts);
     std::vector<std::size_t> added(parts, 0);
+    std::vector<std::uint32_t> home(n);
+    parallel_ranges(n, threads, [&](std::size_t b, std::size_t e, std::size_t) {
+      for (std::size_t i = b; i < e; ++i) home[i] = static_cast<std::uint32_t>(FlatMap64<V>::hash(keys[i]) & mask);
+    });
     run_parallel(parts, [&](std::size_t part) {
       const std::size_t lo = cap * part / parts, hi = cap * (part + 1) / parts;
-      constexpr std::size_t kAhead = 16;
+      // This share's keys first, in order and branch-free (see StringIdMap::insert_all).
+      std::vector<std::uint32_t> mine(n);
+      std::size_t m = 0;
       for (std::size_t i = 0; i < n; ++i) {
-        if (i + kAhead < n) {
-          std::size_t ahead = static_cast<std::size_t>(FlatMap64<V>::hash(keys[i + kAhead])) & mask;
-          if (ahead >= lo && ahead < hi) __builtin_prefetch(&e_[ahead]);
-        }
-        std::size_t j = static_cast<std::size_t>(FlatMap64<V>::hash(keys[i])) & mask;
-        if (j < lo || j >= hi) continue;
-        for (;; ++j) {
+        mine[m] = static_cast<std::uint32_t>(i);
+        m += home[i] >= lo && home[i] < hi;
+      }
+      constexpr std::size_t kAhead = 16;
+      for (std::size_t q = 0; q < m; ++q) {
+        if (q + kAhead < m) __builtin_prefetch(&e_[home[mine[q + kAhead]]]);
+        std::size_t i = mine[q];
+        for (std::size_t j = home[i];; ++j) {
           if (j == hi) {
             spilled[part].push_back(static_cast<std::uint32_t>(i));
             break;

@@ -84,14 +84,20 @@ class StringIdMap {
     std::vector<std::size_t> placed(parts, 0);
     run_parallel(parts, [&](std::size_t part) {
       const std::size_t lo = cap * part / parts, hi = cap * (part + 1) / parts;
-      constexpr std::size_t kAhead = 16;
+      // This share's keys first, in order and without a branch per key (a test per key
+      // mispredicts every other time on two threads: it cost as much as the inserts).
+      std::vector<std::uint32_t> mine(n);
+      std::size_t m = 0;
       for (std::size_t i = 0; i < n; ++i) {
-        if (i + kAhead < n) {
-          std::size_t ahead = static_cast<std::size_t>(hashes[i + kAhead] >> 7) & mask;
-          if (ahead >= lo && ahead < hi) __builtin_prefetch(&slots_[ahead]);
-        }
+        std::size_t home = static_cast<std::size_t>(hashes[i] >> 7) & mask;
+        mine[m] = static_cast<std::uint32_t>(i);
+        m += home >= lo && home < hi;
+      }
+      constexpr std::size_t kAhead = 16;
+      for (std::size_t q = 0; q < m; ++q) {
+        if (q + kAhead < m) __builtin_prefetch(&slots_[static_cast<std::size_t>(hashes[mine[q + kAhead]] >> 7) & mask]);
+        std::size_t i = mine[q];
         std::size_t j = static_cast<std::size_t>(hashes[i] >> 7) & mask;
-        if (j < lo || j >= hi) continue;
         std::string_view key = keys[i];
         std::uint64_t head = prefix(key);
         for (;; ++j) {
