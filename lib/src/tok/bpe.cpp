@@ -237,10 +237,13 @@ void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScra
   encode_bytes(piece, out, s);
 }
 
+// Pieces with a character of three or four UTF-8 bytes: Han, kana, Hangul (and emoji).
+// Scripts of two-byte characters (Cyrillic, Greek, Arabic) split into words as Latin
+// does, whose repeats the piece cache answers: cutting them measured 1.2x slower (Russian).
 bool BpeModel::segments(std::string_view piece) const {
   if (char_level_ || piece.size() < kSegmentFrom) return false;
   for (char c : piece)
-    if (static_cast<unsigned char>(c) >= 0x80) return true;
+    if (static_cast<unsigned char>(c) >= 0xE0) return true;
   return false;
 }
 

@@ -6,8 +6,8 @@
 // HF tokenizers' heap and of tiktoken's scan. The model is immutable after
 // construction and thread-safe; per-call buffers live in a BpeScratch.
 //
-// Long pieces of non-ASCII text (a run of Han characters is one piece under the GPT-2
-// and Llama-3 splits) are first cut where no token of the vocabulary can span: a merge
+// Long pieces of CJK text (a run of Han characters is one piece under the GPT-2 and
+// Llama-3 splits) are first cut where no token of the vocabulary can span: a merge
 // across such a cut would make a token that spans it, so BPE never crosses it and the
 // segments encode alone to the same ids. The segments are a character or two long and
 // repeat, so most come from a cache (see encode_segmented).
@@ -61,8 +61,9 @@ class BpeModel final : public Model {
 
   // Append the ids of one pre-token piece to `out`.
   void encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
-  // Whether encode cuts this piece into segments (long, with a byte >= 0x80), which
-  // it caches itself: a cache of whole pieces in front would only add misses.
+  // Whether encode cuts this piece into segments (7 bytes or more, with a character of
+  // three or four bytes), which it caches itself: a cache of whole pieces in front would
+  // only add misses.
   bool segments(std::string_view piece) const;
 
   ModelType type() const override { return ModelType::bpe; }
@@ -84,7 +85,7 @@ class BpeModel final : public Model {
   TokenId byte_token(unsigned char b) const { return byte_ids_[b]; }
 
  private:
-  // The pieces that encode_segmented cuts: at least this long, with a byte >= 0x80.
+  // The pieces that encode_segmented cuts: at least this long, with a byte >= 0xE0.
   static constexpr std::size_t kSegmentFrom = 7;
   void encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
   void encode_segmented(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
