@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <tuple>
+
 #include <unistd.h>
 
 #include <atomic>
@@ -98,6 +100,61 @@ TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]"
         const double tol = (t == DType::q8_0 || t == DType::q4_0) ? 0.1 : 1e-4;
         CHECK(static_cast<double>(batch[static_cast<std::size_t>(tok * rows + i)]) == Approx(want).margin(1e-4));
         CHECK(static_cast<double>(one[static_cast<std::size_t>(i)]) == Approx(want).margin(tol));
+      }
+    }
+  }
+}
+
+TEST_CASE("the AVX-512 GEMMs agree with the reference products, at every edge of their tiles", "[model][ops]") {
+  if (!gemm_f32_available()) SUCCEED("no AVX-512 on this CPU: matmul keeps its own kernels");
+  Rng r(11);
+  // Tokens, rows and columns that are not multiples of the tiles (8 and 16 tokens, 32
+  // and 4 rows, 128 columns), row ranges that start inside the matrix.
+  for (auto [n, rows, cols, lo] : {std::tuple{1, 4, 32, 0}, std::tuple{7, 12, 96, 4}, std::tuple{17, 37, 160, 0},
+                                    std::tuple{33, 70, 288, 4}, std::tuple{40, 64, 128, 32}}) {
+    std::vector<float> W(static_cast<std::size_t>(rows * cols)), X(static_cast<std::size_t>(n * cols));
+    for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
+    for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
+    X[3] = 0;  // a zero block scale must not divide by zero
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0}) {
+      if (t == DType::q8_0 && !gemm_q8_available()) continue;
+      const std::size_t rb = dtype_bytes(t, cols);
+      std::vector<std::byte> q(rb * static_cast<std::size_t>(rows));
+      for (int i = 0; i < rows; ++i) from_f32(t, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);
+      Weight w{t, q.data(), rows, cols, rb};
+      const std::size_t ld = static_cast<std::size_t>(rows - lo);
+      std::vector<float> got(static_cast<std::size_t>(n) * ld, -999.0f);
+      GemmScratch gs;
+      if (t == DType::q8_0) {
+        QuantizedBatch xq;
+        prepare_batch(xq, n, cols);
+        quantize_batch(xq, X.data(), cols, 0, n / 2);  // in two ranges, as two threads would
+        quantize_batch(xq, X.data(), cols, n / 2, n);
+        gemm_q8(got.data(), ld, w, xq, lo, rows, gs);
+      } else {
+        gemm_f32(got.data(), ld, w, X.data(), n, lo, rows, gs);
+      }
+      for (int tok = 0; tok < n; ++tok) {
+        const float* x = X.data() + tok * cols;
+        QuantizedVec xv;
+        quantize_activation(xv, x, static_cast<std::size_t>(cols));
+        std::vector<float> one(static_cast<std::size_t>(rows));
+        matvec(one.data(), w, x, &xv, 0, rows);  // the decode step's product
+        for (int i = lo; i < rows; ++i) {
+          std::vector<float> row(static_cast<std::size_t>(cols));
+          to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, row.data(), static_cast<std::size_t>(cols));
+          double want = 0;
+          for (int k = 0; k < cols; ++k) want += static_cast<double>(row[static_cast<std::size_t>(k)]) * static_cast<double>(x[k]);
+          const double g = got[static_cast<std::size_t>(tok) * ld + static_cast<std::size_t>(i - lo)];
+          INFO(dtype_name(t) << " n " << n << " rows " << rows << " cols " << cols << " token " << tok << " row " << i);
+          if (t == DType::q8_0) {
+            // int8 activations, as the decode step quantizes them: the same integer sums.
+            REQUIRE(g == Approx(one[static_cast<std::size_t>(i)]).margin(1e-4));
+            REQUIRE(g == Approx(want).margin(0.1));
+          } else {
+            REQUIRE(g == Approx(want).margin(1e-4));
+          }
+        }
       }
     }
   }

@@ -277,13 +277,32 @@ Status Transformer::forward(TokenId token, int pos, kv::KvCache& cache, float* l
 void Transformer::matmuls(std::span<const Mm> jobs, const float* x, std::int64_t n, ThreadPool& pool) {
   const auto T = static_cast<std::size_t>(pool.size());
   scratch_.resize(T);
+  gemm_.resize(T);
+  // q8_0 weights multiply int8 activations: X quantized once for all the jobs (they
+  // share it), the tokens split between the threads.
+  bool int8 = false;
+  for (const auto& j : jobs) int8 = int8 || (j.w->dtype == DType::q8_0 && gemm_q8_available());
+  if (int8) {
+    const std::int64_t cols = jobs[0].w->cols;
+    prepare_batch(bxq_, n, cols);
+    pool.run(T, [&](std::size_t i) {
+      quantize_batch(bxq_, x, cols, n * static_cast<std::int64_t>(i) / static_cast<std::int64_t>(T),
+                     n * static_cast<std::int64_t>(i + 1) / static_cast<std::int64_t>(T));
+    });
+  }
   for (const auto& j : jobs) {
-    // Row ranges in multiples of 4 (the kernel's block), one per thread.
+    // Row ranges in multiples of 4 (the kernels' blocks), one per thread.
     const std::int64_t rows = j.w->rows;
+    const DType dt = j.w->dtype;
+    const bool f = (dt == DType::f32 || dt == DType::f16 || dt == DType::bf16) && gemm_f32_available();
+    const bool q = dt == DType::q8_0 && gemm_q8_available();
     pool.run(T, [&](std::size_t i) {
       std::int64_t lo = rows * static_cast<std::int64_t>(i) / static_cast<std::int64_t>(T) / 4 * 4;
       std::int64_t hi = i + 1 == T ? rows : rows * static_cast<std::int64_t>(i + 1) / static_cast<std::int64_t>(T) / 4 * 4;
-      if (lo < hi) matmul(j.out + lo, j.ld, *j.w, x, n, lo, hi, scratch_[i]);
+      if (lo >= hi) return;
+      if (q) gemm_q8(j.out + lo, j.ld, *j.w, bxq_, lo, hi, gemm_[i]);
+      else if (f) gemm_f32(j.out + lo, j.ld, *j.w, x, n, lo, hi, gemm_[i]);
+      else matmul(j.out + lo, j.ld, *j.w, x, n, lo, hi, scratch_[i]);
     });
   }
 }

@@ -28,6 +28,15 @@ struct QuantizedVec {
 };
 void quantize_activation(QuantizedVec& out, const float* x, std::size_t n);
 
+// Many tokens' activations quantized as QuantizedVec's blocks, for the int8 matrix
+// products of prompt processing: bytes x_q + 128 in VNNI order, per group of 16 tokens
+// 4 columns of the 16 tokens side by side.
+struct QuantizedBatch {
+  std::size_t n = 0, cols = 0, blocks = 0, groups = 0;  // tokens, columns, cols/32, ceil(n/16)
+  std::vector<std::uint8_t> q;  // (groups, cols/4, 16, 4)
+  std::vector<float> d;         // (groups, blocks, 16) scales; 0 for tokens past n
+};
+
 // out (hi - lo) = W[lo:hi] · x, x (cols); `xq` is x quantized (needed for q8_0, q4_0).
 void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi);
 
@@ -37,6 +46,28 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
 // each weight is read once per block of tokens, not once per token.
 void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo, std::int64_t hi,
             std::vector<float>& scratch);
+
+// The AVX-512 matrix-matrix kernels that matmul() passes prompt processing to (gemm.cpp).
+struct GemmScratch {
+  std::vector<float> panel;        // (128, 32) packed f32 rows
+  std::vector<float> row;          // one converted row slice
+  std::vector<std::int32_t> corr;  // (4, cols/32) -128 · Σ w of each row block
+  std::vector<float> dw;           // (4, cols/32) the row blocks' scales
+};
+bool gemm_f32_available();  // AVX-512F
+bool gemm_q8_available();   // AVX-512 VNNI
+// out (n, hi - lo) = X (n, cols) · W[lo:hi]ᵀ for f32, f16 and bf16 weights, out's rows `ld`
+// floats apart: 32 rows packed as f32 at a time, multiplied with 8 tokens in registers.
+void gemm_f32(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo,
+              std::int64_t hi, GemmScratch& s);
+// Size `xq` for n tokens of `cols` (a multiple of 32); then quantize tokens [t_lo, t_hi)
+// of X (n, cols) into it (threads may take disjoint ranges).
+void prepare_batch(QuantizedBatch& xq, std::int64_t n, std::int64_t cols);
+void quantize_batch(QuantizedBatch& xq, const float* x, std::int64_t cols, std::int64_t t_lo, std::int64_t t_hi);
+// out (n, hi - lo) = X · W[lo:hi]ᵀ for q8_0 weights, X given quantized: int8 products
+// (vpdpbusd), 4 rows × 32 tokens at a time.
+void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& xq, std::int64_t lo, std::int64_t hi,
+             GemmScratch& s);
 
 // a · b (n floats), and y += alpha · x (n floats): attention's inner loops.
 float dot(const float* a, const float* b, int n);

@@ -94,6 +94,8 @@ class Transformer {
   // Scratch of forward_batch: (n, n_embd) and (n, n_ff) activations; per-thread buffers.
   std::vector<float> bx_, bxb_, bxb2_, bq_, bk_, bv_, bh_, bh2_;
   std::vector<std::vector<float>> scratch_, batt_;
+  std::vector<GemmScratch> gemm_;      // per thread
+  QuantizedBatch bxq_;                 // (n, cols) activations for the int8 products
   std::vector<float>* probe_ = nullptr;
 };
 

@@ -1,0 +1,262 @@
+// Matrix-matrix products of prompt processing, AVX-512: out (n, rows) = X (n, cols) · Wᵀ.
+//
+// Float weights (f32, f16, bf16). Panels of 32 rows are converted to f32 and packed
+// k-major, P[k][32], 128 columns at a time (16 KB: it stays in L1 while every token
+// passes over it). The micro-kernel takes 8 tokens: for each column k it broadcasts
+// X[t][k] and adds it times the panel's two 16-wide halves into 16 zmm accumulators,
+// the outer-product form of BLIS's kernels: no horizontal sums, two loads per 16 FMAs.
+//
+// q8_0 weights. The activations are quantized as q8_0 quantizes (a scale per token and
+// 32 columns) but stored as unsigned bytes, x_q + 128, in VNNI order: per group of 16
+// tokens, 4 columns of all 16 tokens side by side (64 bytes). vpdpbusd then multiplies
+// 4 columns of 16 tokens by 4 weight bytes broadcast from the row: 64 products in one
+// instruction, summed per token into its own lane. After a block's 32 columns each
+// lane holds Σ (x_q + 128)·w = Σ x_q·w + 128·Σ w; the accumulator starts at -128·Σ w
+// (computed once per row and block), is converted to float, and scaled by the two
+// blocks' scales. 4 rows × 32 tokens at a time: 8 integer and 8 float accumulators.
+#include "lmpipe/model/ops.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "lmpipe/core/cpu.h"
+
+// GCC 12 takes the _mm512_undefined_* placeholders inside its AVX-512 headers for
+// uninitialized values (a false positive of -Wmaybe-uninitialized once inlined).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace lmp::model {
+
+namespace {
+
+constexpr std::size_t kPanelRows = 32, kPanelCols = 128, kTokens = 8;
+
+// P (kc, 32) = W[r0 .. r0+nr)[k0 .. k0+kc) transposed, as f32; rows past nr are zero.
+void pack_panel(float* P, const Weight& w, std::int64_t r0, std::int64_t nr, std::size_t k0, std::size_t kc,
+                std::vector<float>& row) {
+  row.resize(kc);
+  std::memset(P, 0, kc * kPanelRows * sizeof(float));
+  const std::size_t elem = w.dtype == DType::f32 ? 4 : 2;
+  for (std::int64_t i = 0; i < nr; ++i) {
+    const std::byte* src = w.data + static_cast<std::size_t>(r0 + i) * w.row_bytes + k0 * elem;
+    to_f32(w.dtype, src, row.data(), kc);
+    for (std::size_t k = 0; k < kc; ++k) P[k * kPanelRows + static_cast<std::size_t>(i)] = row[k];
+  }
+}
+
+// C (nt, 32) (+)= X (nt, kc) · P (kc, 32): X's rows ldx floats apart, C's ldc; the
+// columns of C past `nr` are not written.
+template <int NT>
+__attribute__((target("avx512f,fma"))) void micro_f32(const float* P, std::size_t kc, const float* X, std::size_t ldx,
+                                                      float* C, std::size_t ldc, bool accumulate, std::int64_t nr) {
+  __m512 c0[NT], c1[NT];
+  for (int t = 0; t < NT; ++t) c0[t] = c1[t] = _mm512_setzero_ps();
+  for (std::size_t k = 0; k < kc; ++k) {
+    const __m512 p0 = _mm512_loadu_ps(P + k * kPanelRows), p1 = _mm512_loadu_ps(P + k * kPanelRows + 16);
+    for (int t = 0; t < NT; ++t) {
+      const __m512 x = _mm512_set1_ps(X[static_cast<std::size_t>(t) * ldx + k]);
+      c0[t] = _mm512_fmadd_ps(p0, x, c0[t]);
+      c1[t] = _mm512_fmadd_ps(p1, x, c1[t]);
+    }
+  }
+  const auto m0 = static_cast<__mmask16>(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
+  const auto m1 = static_cast<__mmask16>(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (1u << (nr - 16)) - 1);
+  for (int t = 0; t < NT; ++t) {
+    float* c = C + static_cast<std::size_t>(t) * ldc;
+    if (accumulate) {
+      c0[t] = _mm512_add_ps(c0[t], _mm512_maskz_loadu_ps(m0, c));
+      c1[t] = _mm512_add_ps(c1[t], _mm512_maskz_loadu_ps(m1, c + 16));
+    }
+    _mm512_mask_storeu_ps(c, m0, c0[t]);
+    _mm512_mask_storeu_ps(c + 16, m1, c1[t]);
+  }
+}
+
+using MicroF32 = void (*)(const float*, std::size_t, const float*, std::size_t, float*, std::size_t, bool, std::int64_t);
+constexpr MicroF32 kMicroF32[kTokens + 1] = {nullptr,        micro_f32<1>, micro_f32<2>, micro_f32<3>, micro_f32<4>,
+                                             micro_f32<5>, micro_f32<6>, micro_f32<7>, micro_f32<8>};
+
+// ---- q8_0 × quantized activations ------------------------------------------------------
+
+inline std::int32_t load_i32(const std::int8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Rows [r0, r0 + R) by token groups [g0, g0 + G): out (tokens, rows), ld floats apart.
+template <int R, int G>
+__attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void tile_q8(const BlockQ8_0* const* rows,
+                                                                          const std::int32_t* corr, const float* dw,
+                                                                          std::size_t nb, const QuantizedBatch& xq,
+                                                                          std::size_t g0, float* out, std::size_t ld,
+                                                                          std::size_t n_tokens) {
+  __m512 facc[R][G];
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) facc[r][g] = _mm512_setzero_ps();
+  const std::size_t group_bytes = xq.cols * 16;  // one group's bytes: cols/4 steps of 64
+  for (std::size_t b = 0; b < nb; ++b) {
+    __m512i acc[R][G];
+    for (int r = 0; r < R; ++r)
+      for (int g = 0; g < G; ++g) acc[r][g] = _mm512_set1_epi32(corr[static_cast<std::size_t>(r) * nb + b]);
+    for (int k4 = 0; k4 < 8; ++k4) {
+      __m512i a[G];
+      for (int g = 0; g < G; ++g)
+        a[g] = _mm512_loadu_si512(xq.q.data() + (g0 + static_cast<std::size_t>(g)) * group_bytes + (b * 8 + static_cast<std::size_t>(k4)) * 64);
+      for (int r = 0; r < R; ++r) {
+        const __m512i wv = _mm512_set1_epi32(load_i32(rows[r][b].qs + 4 * k4));
+        for (int g = 0; g < G; ++g) acc[r][g] = _mm512_dpbusd_epi32(acc[r][g], a[g], wv);
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const __m512 dx = _mm512_loadu_ps(xq.d.data() + ((g0 + static_cast<std::size_t>(g)) * xq.blocks + b) * 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512 s = _mm512_mul_ps(_mm512_set1_ps(dw[static_cast<std::size_t>(r) * nb + b]), dx);
+        facc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][g]), s, facc[r][g]);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    alignas(64) float lanes[R][16];
+    for (int r = 0; r < R; ++r) _mm512_store_ps(lanes[r], facc[r][g]);
+    const std::size_t t0 = (g0 + static_cast<std::size_t>(g)) * 16;
+    for (std::size_t l = 0; l < 16 && t0 + l < n_tokens; ++l)
+      for (int r = 0; r < R; ++r) out[(t0 + l) * ld + static_cast<std::size_t>(r)] = lanes[r][l];
+  }
+}
+
+template <int R>
+void tiles_q8(const BlockQ8_0* const* rows, const std::int32_t* corr, const float* dw, std::size_t nb,
+              const QuantizedBatch& xq, std::size_t g_lo, std::size_t g_hi, float* out, std::size_t ld) {
+  std::size_t g = g_lo;
+  for (; g + 2 <= g_hi; g += 2) tile_q8<R, 2>(rows, corr, dw, nb, xq, g, out, ld, xq.n);
+  if (g < g_hi) tile_q8<R, 1>(rows, corr, dw, nb, xq, g, out, ld, xq.n);
+}
+
+// corr[b] = -128 · Σ qs and dw[b] = d of a row's blocks.
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl"))) void row_sums(const BlockQ8_0* row, std::size_t nb,
+                                                                            std::int32_t* corr, float* dw) {
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (std::size_t b = 0; b < nb; ++b) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[b].qs));
+    alignas(32) std::int32_t part[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(part), _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q));
+    std::int32_t sum = 0;
+    for (std::int32_t p : part) sum += p;
+    corr[b] = -128 * sum;
+    dw[b] = f16_to_f32(row[b].d);
+  }
+}
+
+}  // namespace
+
+bool gemm_f32_available() { return cpu::avx512(); }
+bool gemm_q8_available() { return cpu::avx512_vnni(); }
+
+void gemm_f32(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo,
+              std::int64_t hi, GemmScratch& s) {
+  const auto cols = static_cast<std::size_t>(w.cols);
+  s.panel.resize(kPanelCols * kPanelRows);
+  for (std::int64_t r0 = lo; r0 < hi; r0 += static_cast<std::int64_t>(kPanelRows)) {
+    const std::int64_t nr = std::min<std::int64_t>(static_cast<std::int64_t>(kPanelRows), hi - r0);
+    for (std::size_t k0 = 0; k0 < cols; k0 += kPanelCols) {
+      const std::size_t kc = std::min(kPanelCols, cols - k0);
+      pack_panel(s.panel.data(), w, r0, nr, k0, kc, s.row);
+      for (std::int64_t t = 0; t < n; t += static_cast<std::int64_t>(kTokens)) {
+        const auto nt = static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(kTokens), n - t));
+        kMicroF32[nt](s.panel.data(), kc, x + static_cast<std::size_t>(t) * cols + k0, cols,
+                      out + static_cast<std::size_t>(t) * ld + static_cast<std::size_t>(r0 - lo), ld, k0 > 0, nr);
+      }
+    }
+  }
+}
+
+namespace {
+__attribute__((target("avx512f"))) inline __m512 abs_ps(__m512 v) {
+  return _mm512_castsi512_ps(_mm512_andnot_si512(_mm512_set1_epi32(static_cast<int>(0x80000000u)), _mm512_castps_si512(v)));
+}
+
+// One token's blocks (AVX-512): the same values as quantize_activation's lround(x / d),
+// rounded half away from zero, plus 128.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_token(const float* row, std::size_t nb,
+                                                                       std::uint8_t* q, float* d, std::size_t lane) {
+  // (Sign and magnitude through integer ops: AVX-512F has no float and/or without DQ.)
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512i one = _mm512_castps_si512(_mm512_set1_ps(1.0f));
+  const __m512 half = _mm512_set1_ps(0.5f);
+  for (std::size_t b = 0; b < nb; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(row + b * 32), x1 = _mm512_loadu_ps(row + b * 32 + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(abs_ps(x0), abs_ps(x1)));
+    const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+    d[b * 16 + lane] = db;
+    alignas(64) std::int32_t v[32];
+    for (int h = 0; h < 2; ++h) {
+      const __m512 y = _mm512_mul_ps(h ? x1 : x0, _mm512_set1_ps(id));
+      // round half away from zero: trunc, plus one away from zero where |frac| >= 0.5
+      const __m512 t = _mm512_roundscale_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __mmask16 up = _mm512_cmp_ps_mask(abs_ps(_mm512_sub_ps(y, t)), half, _CMP_GE_OQ);
+      const __m512 away = _mm512_castsi512_ps(_mm512_or_si512(one, _mm512_and_si512(sign, _mm512_castps_si512(y))));
+      const __m512 r = _mm512_mask_add_ps(t, up, t, away);
+      _mm512_store_si512(v + 16 * h, _mm512_cvttps_epi32(r));
+    }
+    for (std::size_t j = 0; j < 32; ++j) {
+      const std::size_t c = b * 32 + j;
+      q[(c / 4) * 64 + lane * 4 + c % 4] = static_cast<std::uint8_t>(v[j] + 128);
+    }
+  }
+}
+}  // namespace
+
+void quantize_batch(QuantizedBatch& xq, const float* x, std::int64_t cols, std::int64_t t_lo, std::int64_t t_hi) {
+  const auto C = static_cast<std::size_t>(cols);
+  const std::size_t nb = C / 32;
+  for (auto t = static_cast<std::size_t>(t_lo); t < static_cast<std::size_t>(t_hi); ++t) {
+    const std::size_t g = t / 16, lane = t % 16;
+    quantize_token(x + t * C, nb, xq.q.data() + g * C * 16, xq.d.data() + g * nb * 16, lane);
+  }
+}
+
+void prepare_batch(QuantizedBatch& xq, std::int64_t n, std::int64_t cols) {
+  xq.n = static_cast<std::size_t>(n);
+  xq.cols = static_cast<std::size_t>(cols);
+  xq.blocks = xq.cols / 32;
+  xq.groups = (xq.n + 15) / 16;
+  // Tokens past n in the last group: the value 0 (byte 128) and a zero scale.
+  xq.q.assign(xq.groups * xq.cols * 16, 128);
+  xq.d.assign(xq.groups * xq.blocks * 16, 0.0f);
+}
+
+void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& xq, std::int64_t lo, std::int64_t hi,
+             GemmScratch& s) {
+  const std::size_t nb = static_cast<std::size_t>(w.cols) / 32;
+  s.corr.resize(4 * nb);
+  s.dw.resize(4 * nb);
+  // Groups of tokens per pass over the rows: their activations (cols · 16 bytes a group)
+  // stay in L2 while the rows stream by.
+  const std::size_t chunk = std::max<std::size_t>(2, (std::size_t{512} << 10) / (xq.cols * 16) / 2 * 2);
+  for (std::size_t g0 = 0; g0 < xq.groups; g0 += chunk) {
+    const std::size_t g1 = std::min(xq.groups, g0 + chunk);
+    for (std::int64_t r0 = lo; r0 < hi; r0 += 4) {
+      const int R = static_cast<int>(std::min<std::int64_t>(4, hi - r0));
+      const BlockQ8_0* rows[4];
+      for (int r = 0; r < R; ++r) {
+        rows[r] = reinterpret_cast<const BlockQ8_0*>(w.data + static_cast<std::size_t>(r0 + r) * w.row_bytes);
+        row_sums(rows[r], nb, s.corr.data() + static_cast<std::size_t>(r) * nb, s.dw.data() + static_cast<std::size_t>(r) * nb);
+      }
+      float* o = out + static_cast<std::size_t>(r0 - lo);
+      switch (R) {
+        case 4: tiles_q8<4>(rows, s.corr.data(), s.dw.data(), nb, xq, g0, g1, o, ld); break;
+        case 3: tiles_q8<3>(rows, s.corr.data(), s.dw.data(), nb, xq, g0, g1, o, ld); break;
+        case 2: tiles_q8<2>(rows, s.corr.data(), s.dw.data(), nb, xq, g0, g1, o, ld); break;
+        default: tiles_q8<1>(rows, s.corr.data(), s.dw.data(), nb, xq, g0, g1, o, ld); break;
+      }
+    }
+  }
+}
+
+}  // namespace lmp::model
