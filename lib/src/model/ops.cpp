@@ -227,13 +227,12 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
 void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi) {
   const std::int64_t n = w.cols;
   const bool avx2 = cpu::avx2(), vnni = cpu::avx512_vnni(), avx512 = cpu::avx512();
-  const std::size_t ahead = std::max<std::size_t>(2048, w.row_bytes);  // prefetch distance
+  // No software prefetch: a thread's rows are one contiguous stream, which the hardware
+  // prefetcher follows. A prefetch of every line a row ahead was measured faster on one
+  // host (TinyLlama q8_0, 27 → 31 tok/s) and 15–40% slower on another (stories110M f16,
+  // 1 thread: 45 against 64 tok/s; TinyLlama q8_0: 16.5 against 19.4): docs/benchmarks.md.
   for (std::int64_t r = lo; r < hi; ++r) {
     const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes;
-    // The next row, a row ahead: the hardware's stream prefetcher restarts with every
-    // short range of rows a thread takes.
-    if (r + 1 < hi && w.row_bytes < 4096)  // long rows are streams the hardware follows alone
-      for (std::size_t b = 0; b < w.row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + ahead + b), _MM_HINT_T0);
     float s = 0;
     switch (w.dtype) {
       case DType::f32: {
