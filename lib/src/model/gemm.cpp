@@ -36,17 +36,50 @@ namespace {
 
 constexpr std::size_t kPanelRows = 32, kPanelCols = 128, kTokens = 8;
 
-// P (kc, 32) = W[r0 .. r0+nr)[k0 .. k0+kc) transposed, as f32; rows past nr are zero.
-void pack_panel(float* P, const Weight& w, std::int64_t r0, std::int64_t nr, std::size_t k0, std::size_t kc,
-                std::vector<float>& row) {
-  row.resize(kc);
-  std::memset(P, 0, kc * kPanelRows * sizeof(float));
-  const std::size_t elem = w.dtype == DType::f32 ? 4 : 2;
-  for (std::int64_t i = 0; i < nr; ++i) {
-    const std::byte* src = w.data + static_cast<std::size_t>(r0 + i) * w.row_bytes + k0 * elem;
-    to_f32(w.dtype, src, row.data(), kc);
-    for (std::size_t k = 0; k < kc; ++k) P[k * kPanelRows + static_cast<std::size_t>(i)] = row[k];
+// 16 rows of 16 floats (r[i] = row i) transposed in registers: r[j] holds, lane by lane,
+// rows 0..15 of column (j with its bits 0 and 1 swapped): 0, 2, 1, 3, 4, 6, 5, 7, ...
+__attribute__((target("avx512f"))) inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
   }
+  for (int i = 0; i < 16; i += 4)
+    for (int j = 0; j < 2; ++j) {
+      r[i + j] = _mm512_shuffle_ps(t[i + j], t[i + j + 2], 0x44);
+      r[i + j + 2] = _mm512_shuffle_ps(t[i + j], t[i + j + 2], 0xEE);
+    }
+  for (int i = 0; i < 16; i += 8)
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xDD);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xDD);
+  }
+}
+
+// P (kc, 32) = W[r0 .. r0+nr)[k0 .. k0+kc) transposed, as f32; rows past nr are zero.
+// The rows are converted into `rows` (32, kc), then transposed 16 × 16 in registers.
+__attribute__((target("avx512f"))) void pack_panel(float* P, const Weight& w, std::int64_t r0, std::int64_t nr,
+                                                  std::size_t k0, std::size_t kc, std::vector<float>& rows) {
+  const std::size_t kp = (kc + 15) / 16 * 16;  // kc rounded up: whole 16-column tiles
+  rows.assign(kPanelRows * kp, 0.0f);
+  const std::size_t elem = w.dtype == DType::f32 ? 4 : 2;
+  for (std::int64_t i = 0; i < nr; ++i)
+    to_f32(w.dtype, w.data + static_cast<std::size_t>(r0 + i) * w.row_bytes + k0 * elem,
+           rows.data() + static_cast<std::size_t>(i) * kp, kc);
+  for (std::size_t k = 0; k < kp; k += 16)
+    for (std::size_t h = 0; h < kPanelRows; h += 16) {
+      __m512 r[16];
+      for (std::size_t i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(rows.data() + (h + i) * kp + k);
+      transpose16(r);
+      for (std::size_t j = 0; j < 16; ++j) {
+        const std::size_t col = k + ((j & ~std::size_t{3}) | ((j & 1) << 1) | ((j >> 1) & 1));
+        if (col < kc) _mm512_storeu_ps(P + col * kPanelRows + h, r[j]);
+      }
+    }
 }
 
 // C (nt, 32) (+)= X (nt, kc) · P (kc, 32): X's rows ldx floats apart, C's ldc; the
