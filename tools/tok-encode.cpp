@@ -300,7 +300,8 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "with --stats: print the statistics as JSON");
   app.add_option("-f,--format", o.format, "id output format: text (default) or npy (one int32 array per line)")
       ->check(CLI::IsMember({"text", "npy"}));
-  app.add_option("-j,--threads", o.threads, "encoding threads (default 1)")->check(CLI::Range(1, 256));
+  app.add_option("-j,--threads", o.threads, "threads for encoding, and for building a large tokenizer's tables (default 1)")
+      ->check(CLI::Range(1, 256));
   app.add_flag("--no-special", o.no_special, "treat special-token text in the input as ordinary text");
   app.add_flag("--skip-special", o.skip_special, "with --decode: leave special tokens out of the text");
   app.add_option("--pre-tokenizer", o.pre_tokenizer,
