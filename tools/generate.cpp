@@ -28,8 +28,9 @@ struct Options {
   sample::Config sampling;
   std::optional<std::uint64_t> seed;
   int n = 128, ctx = 0, threads = 1, samples = 1;
+  std::size_t prefetch = model::kDefaultPrefetch;
   kv::KvConfig kv;  // layout, type, block, eviction, budget from the options
-  bool no_cache = false, json = false, greedy = false, force = false, bos = false, emit_given = false;
+  bool no_cache = false, no_mmap = false, json = false, greedy = false, force = false, bos = false, emit_given = false;
 };
 
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -123,7 +124,7 @@ Result<Continuation> continue_sequence(const Options& o, const std::string& emit
 
 Status run(const Options& o, cli::Output& out) {
   auto t_load = Clock::now();
-  LMP_ASSIGN(auto file, tensor_io::TensorFile::open(o.model));
+  LMP_ASSIGN(auto file, tensor_io::TensorFile::open(o.model, o.no_mmap ? MappedFile::Load::copy : MappedFile::Load::map));
   LMP_ASSIGN(auto model, model::Transformer::load(*file));
   const model::Config& c = model->config();
   std::unique_ptr<tok::Tokenizer> tok;
@@ -171,6 +172,7 @@ Status run(const Options& o, cli::Output& out) {
   if (o.no_cache && o.samples > 1) return make_error(Errc::invalid_argument, "--no-cache and --num-samples > 1 do not mix");
   LMP_TRY(sample::Chain::make(o.sampling));  // the sampling options, checked before the model runs
   Rng rng(*o.seed);
+  model::set_prefetch_distance(o.prefetch);
   ThreadPool pool(o.threads);
   LMP_ASSIGN(auto cache, kv::make_kv_cache(kc));
   std::vector<float> logits(static_cast<std::size_t>(c.n_vocab));
@@ -209,12 +211,12 @@ Status run(const Options& o, cli::Output& out) {
         "\"kv_cache_bytes\":{},\"kv_cache_allocated_bytes\":{},\"kv_cache_reserved_bytes\":{},\"kv_layout\":\"{}\","
         "\"kv_type\":\"{}\",\"kv_block\":{},\"kv_evict\":\"{}\",\"num_samples\":{},\"kv_separate_bytes\":{},"
         "\"kv_saved_fraction\":{:.4f},\"peak_rss_bytes\":{},\"threads\":{},\"cache\":{},"
-        "\"weight_bytes_per_token\":{},\"kernels\":\"{}\"}}",
+        "\"weight_bytes_per_token\":{},\"kernels\":\"{}\",\"prefetch_bytes\":{},\"weights\":\"{}\"}}",
         [&] { std::string s; json::append_string(s, model->describe()); return s; }(), load_s, prompt.size(), pp,
         static_cast<double>(prompt.size()) / pp, generated, gen, gen > 0 ? static_cast<double>(generated) / gen : 0.0,
         secs(t1, t_first), ks.used, ks.allocated, ks.reserved, kv::layout_name(kc.layout), kv::kv_type_name(kc.type),
         kc.block_size, kv::eviction_name(kc.eviction), o.samples, separate, saved, cli::peak_rss_bytes(), o.threads,
-        !o.no_cache, model->weight_bytes_per_token(), model::kernel_name()));
+        !o.no_cache, model->weight_bytes_per_token(), model::kernel_name(), o.prefetch, o.no_mmap ? "read" : "mapped"));
   } else {
     cli::note(fmt::format("{}", model->describe()));
     cli::note(fmt::format("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s); "
@@ -241,7 +243,8 @@ const char* kExamples =
     "  generate -m model.gguf --ids prompt.ids -n 20 --emit logits | sample --show\n"
     "  generate -m model.gguf --ids prompt.ids -n 64 --no-cache     # the baseline: recompute every step\n"
     "  generate -m model.gguf -p 'Once' -n 64 --kv paged --num-samples 4   # 4 continuations share the prompt\n"
-    "  generate -m model.gguf --ids p.ids -n 100000 --ctx 2048 --kv-evict sinks --kv-type int8";
+    "  generate -m model.gguf --ids p.ids -n 100000 --ctx 2048 --kv-evict sinks --kv-type int8\n"
+    "  generate -m tinyllama.gguf --ids p.ids -n 1000 --no-mmap -j 2        # long runs: weights in huge pages";
 
 }  // namespace
 
@@ -259,6 +262,12 @@ int main(int argc, char** argv) {
   app.add_option("--emit", o.emit, "text (default with -t), ids, or logits (.npy rows, f32)")
       ->check(CLI::IsMember({"text", "ids", "logits"}));
   app.add_flag("--no-cache", o.no_cache, "recompute the whole sequence at every step (same logits, slower)");
+  app.add_flag("--no-mmap", o.no_mmap,
+               "read the model into memory (huge pages where the kernel gives them) instead of mapping it: slower to "
+               "start, faster decoding where the page cache's small pages cost bandwidth (docs/generate.md)");
+  app.add_option("--prefetch", o.prefetch,
+                 "bytes ahead that the decode step prefetches the weights it streams (default 4096; 0 = off)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 24));
   std::string kv_layout = "contiguous", kv_type = "f32", kv_evict = "none", kv_memory;
   app.add_option("--kv", kv_layout, "KV-cache layout: contiguous (default) or paged")
       ->check(CLI::IsMember({"contiguous", "paged"}));

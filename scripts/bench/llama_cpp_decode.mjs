@@ -1,13 +1,14 @@
 // The llama.cpp peer of scripts/bench/generate, through the npm package node-llama-cpp
 // (its prebuilt CPU build): decode tok/s after a 4-token prompt (greedy, the first token
-// excluded), and prompt processing tok/s of `pp` tokens, on a GGUF file.
-// usage: node llama_cpp_decode.mjs MODEL.gguf THREADS N_DECODE PP_TOKENS
+// excluded), and prompt processing tok/s of `pp` tokens, on a GGUF file; with a fifth
+// argument "copy", the model is read into memory instead of mapped (llama.cpp's --no-mmap).
+// usage: node llama_cpp_decode.mjs MODEL.gguf THREADS N_DECODE PP_TOKENS [map|copy]
 import { getLlama } from "node-llama-cpp";
 
-const [modelPath, threadsArg, nArg, ppArg] = process.argv.slice(2);
+const [modelPath, threadsArg, nArg, ppArg, load = "map"] = process.argv.slice(2);
 const threads = Number(threadsArg), n = Number(nArg), pp = Number(ppArg);
 const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
-const model = await llama.loadModel({ modelPath });
+const model = await llama.loadModel({ modelPath, useMmap: load !== "copy" });
 const result = {};
 {
   const context = await model.createContext({ contextSize: 512, threads, batchSize: 512 });

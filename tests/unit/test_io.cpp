@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 
 #include "lmpipe/core/io.h"
+#include "lmpipe/core/mmap.h"
 
 using namespace lmp;
 
@@ -59,4 +61,42 @@ TEST_CASE("chunk reader cuts at line ends and keeps every byte", "[core][io]") {
   }
   CHECK(all == data);
   std::remove(p.c_str());
+}
+
+TEST_CASE("a file read into memory holds the same bytes as its mapping", "[core][io][mmap]") {
+  std::string p = temp_path("copy.bin");
+  std::string bytes;
+  // Over 64 MiB (read on several threads) and not a multiple of a page, so that the
+  // block's tail is past the file.
+  bytes.resize((std::size_t{70} << 20) + 123);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 24);
+  REQUIRE(io::write_file_atomic(p, bytes).ok());
+  auto mapped = MappedFile::open(p);
+  auto copied = MappedFile::open(p, MappedFile::Load::copy);
+  REQUIRE(mapped.ok());
+  REQUIRE(copied.ok());
+  CHECK(mapped.value().mapped());
+  CHECK_FALSE(mapped.value().copied());
+  CHECK(copied.value().copied());
+  CHECK_FALSE(copied.value().mapped());
+  CHECK(copied.value().view() == bytes);
+  CHECK(copied.value().name() == p);
+  CHECK(reinterpret_cast<std::uintptr_t>(copied.value().data()) % (std::uintptr_t{2} << 20) == 0);
+  // Moved, the block goes with it and is freed once.
+  MappedFile moved = std::move(copied.value());
+  CHECK(moved.view() == bytes);
+  moved = MappedFile::open(p).value();
+  CHECK(moved.mapped());
+  CHECK(moved.view() == bytes);
+  // An empty file and a missing one behave as when mapped.
+  std::string e = temp_path("empty.bin");
+  REQUIRE(io::write_file_atomic(e, "").ok());
+  auto empty = MappedFile::open(e, MappedFile::Load::copy);
+  REQUIRE(empty.ok());
+  CHECK(empty.value().size() == 0);
+  auto missing = MappedFile::open("/nonexistent/model.gguf", MappedFile::Load::copy);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().message == "cannot open '/nonexistent/model.gguf': No such file or directory");
+  std::remove(p.c_str());
+  std::remove(e.c_str());
 }

@@ -90,6 +90,16 @@ TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]"
       quantize_activation(xq, x, cols);
       std::vector<float> one(rows);
       matvec(one.data(), w, x, &xq, 0, rows);
+      // The prefetch distance changes what is fetched early, never the sums (far past the
+      // weights included: a prefetch does not fault).
+      for (std::size_t pd : {std::size_t{0}, std::size_t{64}, std::size_t{1} << 20}) {
+        set_prefetch_distance(pd);
+        CHECK(prefetch_distance() == pd);
+        std::vector<float> again(rows);
+        matvec(again.data(), w, x, &xq, 0, rows);
+        CHECK(again == one);
+      }
+      set_prefetch_distance(kDefaultPrefetch);
       for (int i = 0; i < rows; ++i) {
         std::vector<float> row(cols);
         to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, row.data(), cols);

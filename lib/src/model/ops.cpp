@@ -3,12 +3,18 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstddef>
 #include <cmath>
 #include <cstring>
 
 #include "lmpipe/core/cpu.h"
 
 namespace lmp::model {
+
+namespace {
+std::atomic<std::size_t> g_prefetch{kDefaultPrefetch};
+}  // namespace
 
 namespace {
 
@@ -45,6 +51,16 @@ float dot_q4_scalar(const BlockQ4_0* w, const std::int8_t* xq, const float* xd, 
 
 // ---- AVX2 ------------------------------------------------------------------------------
 
+// A software prefetch `pd` bytes ahead of the weights being read (0: none), `lines` cache
+// lines: what one step of a loop below consumes. See set_prefetch_distance (ops.h).
+// Always inlined: out of line, GCC finds the function free of side effects (a prefetch
+// changes nothing it can see) and drops every call to it.
+__attribute__((always_inline)) inline void prefetch_ahead(const void* p, std::ptrdiff_t pd, int lines) {
+  if (pd == 0) return;
+  const char* q = static_cast<const char*>(p) + pd;
+  for (int k = 0; k < lines; ++k) _mm_prefetch(q + 64 * k, _MM_HINT_T0);
+}
+
 __attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -52,10 +68,11 @@ __attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-__attribute__((target("avx2,fma"))) float dot_f32_avx2(const float* a, const float* x, std::int64_t n) {
+__attribute__((target("avx2,fma"))) float dot_f32_avx2(const float* a, const float* x, std::int64_t n, std::ptrdiff_t pd) {
   __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   std::int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetch_ahead(a + i, pd, 2);
     s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), s0);
     s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(x + i + 8), s1);
     s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(x + i + 16), s2);
@@ -67,10 +84,12 @@ __attribute__((target("avx2,fma"))) float dot_f32_avx2(const float* a, const flo
   return s;
 }
 
-__attribute__((target("avx512f,avx2,fma"))) float dot_f32_avx512(const float* a, const float* x, std::int64_t n) {
+__attribute__((target("avx512f,avx2,fma"))) float dot_f32_avx512(const float* a, const float* x, std::int64_t n,
+                                                                std::ptrdiff_t pd) {
   __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   std::int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    prefetch_ahead(a + i, pd, 4);
     s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(x + i), s0);
     s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(x + i + 16), s1);
     s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(x + i + 32), s2);
@@ -92,10 +111,12 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) inline __m512 cvt16(__m256i h) 
   return _mm512_mask_cvtph_ps(_mm512_setzero_ps(), static_cast<__mmask16>(0xFFFF), h);
 }
 
-__attribute__((target("avx512f,avx2,fma,f16c"))) float dot_f16_avx512(const std::uint16_t* a, const float* x, std::int64_t n) {
+__attribute__((target("avx512f,avx2,fma,f16c"))) float dot_f16_avx512(const std::uint16_t* a, const float* x, std::int64_t n,
+                                                                     std::ptrdiff_t pd) {
   __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   std::int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    prefetch_ahead(a + i, pd, 2);
     s0 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i))), _mm512_loadu_ps(x + i), s0);
     s1 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 16))), _mm512_loadu_ps(x + i + 16), s1);
     s2 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 32))), _mm512_loadu_ps(x + i + 32), s2);
@@ -109,10 +130,12 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) float dot_f16_avx512(const std:
   return s;
 }
 
-__attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const std::uint16_t* a, const float* x, std::int64_t n) {
+__attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const std::uint16_t* a, const float* x, std::int64_t n,
+                                                           std::ptrdiff_t pd) {
   __m256 s0 = _mm256_setzero_ps(), s1 = s0;
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    if ((i & 31) == 0) prefetch_ahead(a + i, pd, 1);
     __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
     __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8)));
     s0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), s0);
@@ -123,10 +146,12 @@ __attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const std::uint16_t*
   return s;
 }
 
-__attribute__((target("avx2,fma"))) float dot_bf16_avx2(const std::uint16_t* a, const float* x, std::int64_t n) {
+__attribute__((target("avx2,fma"))) float dot_bf16_avx2(const std::uint16_t* a, const float* x, std::int64_t n,
+                                                        std::ptrdiff_t pd) {
   __m256 s0 = _mm256_setzero_ps(), s1 = s0;
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    if ((i & 31) == 0) prefetch_ahead(a + i, pd, 1);
     __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
     __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
     __m256 w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
@@ -155,6 +180,7 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                            \
   std::int64_t b = 0;                                                                       \
   for (; b + 2 <= nb; b += 2) {                                                             \
+    prefetch_ahead(w + b, pd, 2); /* 68 bytes a step: two lines, so that none is missed */ \
     __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));            \
     __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].qs));        \
     __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));        \
@@ -174,6 +200,7 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
   const __m128i low = _mm_set1_epi8(0x0F);                                                  \
   const __m256i eight = _mm256_set1_epi8(8);                                                \
   for (std::int64_t b = 0; b < nb; ++b) {                                                   \
+    if ((b & 3) == 0) prefetch_ahead(w + b, pd, 2); /* 72 bytes each 4 blocks */           \
     __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));                \
     /* elements 0..15 from the low nibbles, 16..31 from the high ones, each minus 8 */      \
     __m256i wv = _mm256_sub_epi8(                                                           \
@@ -186,27 +213,30 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
   return hsum(acc);
 
 __attribute__((target("avx2,fma,f16c"))) float dot_q8_avx2(const BlockQ8_0* w, const std::int8_t* xq, const float* xd,
-                                                         std::int64_t nb) {
+                                                         std::int64_t nb, std::ptrdiff_t pd) {
   LMP_DOT_Q8(dot32_avx2)
 }
 __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_q8_vnni(const BlockQ8_0* w,
                                                                                        const std::int8_t* xq,
-                                                                                       const float* xd, std::int64_t nb) {
+                                                                                       const float* xd, std::int64_t nb, std::ptrdiff_t pd) {
   LMP_DOT_Q8(dot32_vnni)
 }
 __attribute__((target("avx2,fma,f16c"))) float dot_q4_avx2(const BlockQ4_0* w, const std::int8_t* xq, const float* xd,
-                                                         std::int64_t nb) {
+                                                         std::int64_t nb, std::ptrdiff_t pd) {
   LMP_DOT_Q4(dot32_avx2)
 }
 __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_q4_vnni(const BlockQ4_0* w,
                                                                                        const std::int8_t* xq,
-                                                                                       const float* xd, std::int64_t nb) {
+                                                                                       const float* xd, std::int64_t nb, std::ptrdiff_t pd) {
   LMP_DOT_Q4(dot32_vnni)
 }
 #undef LMP_DOT_Q8
 #undef LMP_DOT_Q4
 
 }  // namespace
+
+void set_prefetch_distance(std::size_t bytes) { g_prefetch.store(bytes, std::memory_order_relaxed); }
+std::size_t prefetch_distance() { return g_prefetch.load(std::memory_order_relaxed); }
 
 const char* kernel_name() { return cpu::avx512_vnni() ? "avx512-vnni" : cpu::avx2() ? "avx2" : "scalar"; }
 
@@ -227,45 +257,44 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
 void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi) {
   const std::int64_t n = w.cols;
   const bool avx2 = cpu::avx2(), vnni = cpu::avx512_vnni(), avx512 = cpu::avx512();
-  // No software prefetch: a thread's rows are one contiguous stream, which the hardware
-  // prefetcher follows. A prefetch of every line a row ahead was measured faster on one
-  // host (TinyLlama q8_0, 27 → 31 tok/s) and 15–40% slower on another (stories110M f16,
-  // 1 thread: 45 against 64 tok/s; TinyLlama q8_0: 16.5 against 19.4): docs/benchmarks.md.
+  // A thread's rows are one contiguous stream; the dot products prefetch a fixed distance
+  // ahead in it (past the row's end, into the next rows), see set_prefetch_distance.
+  const auto pd = static_cast<std::ptrdiff_t>(g_prefetch.load(std::memory_order_relaxed));
   for (std::int64_t r = lo; r < hi; ++r) {
     const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes;
     float s = 0;
     switch (w.dtype) {
       case DType::f32: {
         const auto* a = reinterpret_cast<const float*>(row);
-        s = avx512 ? dot_f32_avx512(a, x, n) : avx2 ? dot_f32_avx2(a, x, n) : dot_f32_scalar(a, x, n);
+        s = avx512 ? dot_f32_avx512(a, x, n, pd) : avx2 ? dot_f32_avx2(a, x, n, pd) : dot_f32_scalar(a, x, n);
         break;
       }
       case DType::f16: {
         const auto* a = reinterpret_cast<const std::uint16_t*>(row);
-        if (avx512) s = dot_f16_avx512(a, x, n);
-        else if (avx2) s = dot_f16_avx2(a, x, n);
+        if (avx512) s = dot_f16_avx512(a, x, n, pd);
+        else if (avx2) s = dot_f16_avx2(a, x, n, pd);
         else
           for (std::int64_t i = 0; i < n; ++i) s += f16_to_f32(a[i]) * x[i];
         break;
       }
       case DType::bf16: {
         const auto* a = reinterpret_cast<const std::uint16_t*>(row);
-        if (avx2) s = dot_bf16_avx2(a, x, n);
+        if (avx2) s = dot_bf16_avx2(a, x, n, pd);
         else
           for (std::int64_t i = 0; i < n; ++i) s += bf16_to_f32(a[i]) * x[i];
         break;
       }
       case DType::q8_0: {
         const auto* b = reinterpret_cast<const BlockQ8_0*>(row);
-        s = vnni ? dot_q8_vnni(b, xq->q.data(), xq->d.data(), n / 32)
-            : avx2 ? dot_q8_avx2(b, xq->q.data(), xq->d.data(), n / 32)
+        s = vnni ? dot_q8_vnni(b, xq->q.data(), xq->d.data(), n / 32, pd)
+            : avx2 ? dot_q8_avx2(b, xq->q.data(), xq->d.data(), n / 32, pd)
                    : dot_q8_scalar(b, xq->q.data(), xq->d.data(), n / 32);
         break;
       }
       case DType::q4_0: {
         const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
-        s = vnni ? dot_q4_vnni(b, xq->q.data(), xq->d.data(), n / 32)
-            : avx2 ? dot_q4_avx2(b, xq->q.data(), xq->d.data(), n / 32)
+        s = vnni ? dot_q4_vnni(b, xq->q.data(), xq->d.data(), n / 32, pd)
+            : avx2 ? dot_q4_avx2(b, xq->q.data(), xq->d.data(), n / 32, pd)
                    : dot_q4_scalar(b, xq->q.data(), xq->d.data(), n / 32);
         break;
       }
@@ -340,7 +369,7 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
   }
 }
 
-float dot(const float* a, const float* b, int n) { return cpu::avx2() ? dot_f32_avx2(a, b, n) : dot_f32_scalar(a, b, n); }
+float dot(const float* a, const float* b, int n) { return cpu::avx2() ? dot_f32_avx2(a, b, n, 0) : dot_f32_scalar(a, b, n); }
 
 void axpy(float* y, float alpha, const float* x, int n) {
   if (cpu::avx2()) return axpy_avx2(y, alpha, x, n);

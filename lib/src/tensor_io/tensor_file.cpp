@@ -542,8 +542,8 @@ struct Parsers {
 
 Result<std::unique_ptr<TensorFile>> TensorFile::from(MappedFile map) { return Parsers::parse(std::move(map)); }
 
-Result<std::unique_ptr<TensorFile>> TensorFile::open(const std::string& path) {
-  LMP_ASSIGN(auto map, MappedFile::open(path));
+Result<std::unique_ptr<TensorFile>> TensorFile::open(const std::string& path, MappedFile::Load how) {
+  LMP_ASSIGN(auto map, MappedFile::open(path, how));
   return Parsers::parse(std::move(map));
 }
 

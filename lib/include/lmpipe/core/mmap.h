@@ -1,6 +1,12 @@
 // A read-only file mapped into memory (zero-copy), or standard input ("-") or another
 // non-mappable input read into memory. Nothing is read up front from a mapped file:
 // pages come in as they are touched.
+//
+// Load::copy reads a regular file up front into anonymous memory aligned to 2 MiB and
+// marked for transparent huge pages (big_alloc.h; counted by --max-memory), for data
+// streamed over and over, such as model weights at every decode step: where the kernel
+// backs page-cache mappings with 4 KiB pages only, the TLB misses of the mapping cost
+// read bandwidth that huge pages do not (measured in docs/benchmarks.md).
 #pragma once
 
 #include <cstddef>
@@ -14,7 +20,8 @@ namespace lmp {
 
 class MappedFile {
  public:
-  static Result<MappedFile> open(const std::string& path);
+  enum class Load : std::uint8_t { map, copy };
+  static Result<MappedFile> open(const std::string& path, Load how = Load::map);
   MappedFile() = default;
   MappedFile(MappedFile&& o) noexcept { *this = std::move(o); }
   MappedFile& operator=(MappedFile&& o) noexcept;
@@ -27,11 +34,13 @@ class MappedFile {
   std::string_view view() const { return {reinterpret_cast<const char*>(data_), size_}; }
   const std::string& name() const { return name_; }  // the path, or "<stdin>"
   bool mapped() const { return mapped_; }
+  bool copied() const { return owned_ != nullptr; }
 
  private:
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   bool mapped_ = false;
+  void* owned_ = nullptr;  // Load::copy: the big_allocate block holding the bytes
   std::string buffer_;  // the bytes of an input that could not be mapped
   std::string name_;
 };

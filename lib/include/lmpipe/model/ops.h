@@ -85,6 +85,16 @@ void softmax(float* x, int n);
 enum class RopeLayout { adjacent, halves };
 void rope(float* v, int n_head, int head_dim, int pos, float theta, RopeLayout layout);
 
+// The decode step's software prefetch: matvec's dot products ask for the weight bytes
+// this far ahead of those they read (0: none, the hardware prefetcher alone). The loads
+// of a q8_0 or f16 row wait on memory: the out-of-order window covers only some hundred
+// bytes ahead, so without a prefetch far enough ahead a core keeps too few lines in
+// flight to reach the memory bandwidth. Process-wide, default kDefaultPrefetch (the
+// distances measured: docs/benchmarks.md); generate --prefetch sets it.
+inline constexpr std::size_t kDefaultPrefetch = 4096;
+void set_prefetch_distance(std::size_t bytes);
+std::size_t prefetch_distance();
+
 // Which kernels this CPU runs: "avx512-vnni", "avx2", or "scalar".
 const char* kernel_name();
 

@@ -69,8 +69,9 @@ struct TensorInfo {
 
 class TensorFile {
  public:
-  // Open and check a tensor file ("-" reads standard input into memory).
-  static Result<std::unique_ptr<TensorFile>> open(const std::string& path);
+  // Open and check a tensor file ("-" reads standard input into memory); mapped, or with
+  // MappedFile::Load::copy read into huge-page memory (mmap.h).
+  static Result<std::unique_ptr<TensorFile>> open(const std::string& path, MappedFile::Load how = MappedFile::Load::map);
   // Parse bytes already in memory (the file keeps `map`).
   static Result<std::unique_ptr<TensorFile>> from(MappedFile map);
 
