@@ -260,10 +260,7 @@ Status Transformer::forward(TokenId token, int pos, kv::KvCache& cache, float* l
     rmsnorm(xb_.data(), x_.data(), w.ffn_norm.data(), c.n_embd, c.rms_eps);
     const std::pair<const Weight*, float*> gu[] = {{&w.w_gate, hb_.data()}, {&w.w_up, hb2_.data()}};
     matvecs(gu, xb_.data(), pool);
-    for (std::size_t i = 0; i < hb_.size(); ++i) {
-      const float g = hb_[i];
-      hb_[i] = g / (1.0f + std::exp(-g)) * hb2_[i];  // SwiGLU: silu(gate) · up
-    }
+    swiglu(hb_.data(), hb2_.data(), hb_.size());  // SwiGLU: silu(gate) · up
     const std::pair<const Weight*, float*> d[] = {{&w.w_down, xb2_.data()}};
     matvecs(d, hb_.data(), pool);
     for (std::size_t i = 0; i < E; ++i) x_[i] += xb2_[i];
@@ -338,12 +335,29 @@ Status Transformer::forward_batch(std::span<const TokenId> tokens, int pos0, kv:
     embedding_.row(tokens[t], bx_.data() + t * E);
   }
   batt_.resize(static_cast<std::size_t>(pool.size()));
+  // The element-wise work between the products, split between the threads too: on one
+  // thread it took a tenth of a 512-token prompt's time on two.
+  const auto T = static_cast<std::size_t>(pool.size());
+  auto split = [&](std::size_t total, auto&& f) {
+    pool.run(T, [&](std::size_t i) { f(total * i / T, total * (i + 1) / T); });
+  };
+  auto norm = [&](const std::vector<float>& weight) {
+    split(N, [&](std::size_t a, std::size_t b) {
+      for (std::size_t t = a; t < b; ++t) rmsnorm(bxb_.data() + t * E, bx_.data() + t * E, weight.data(), c.n_embd, c.rms_eps);
+    });
+  };
+  auto residual = [&] {
+    split(N * E, [&](std::size_t a, std::size_t b) {
+      for (std::size_t i = a; i < b; ++i) bx_[i] += bxb2_[i];
+    });
+  };
   for (int l = 0; l < c.n_layer; ++l) {
     LayerWeights& w = layers_[static_cast<std::size_t>(l)];
-    for (std::size_t t = 0; t < N; ++t) rmsnorm(bxb_.data() + t * E, bx_.data() + t * E, w.attn_norm.data(), c.n_embd, c.rms_eps);
+    norm(w.attn_norm);
     const Mm qkv[] = {{&w.wq, bq_.data(), E}, {&w.wk, bk_.data(), KV}, {&w.wv, bv_.data(), KV}};
     matmuls(qkv, bxb_.data(), n, pool);
-    for (std::size_t t = 0; t < N; ++t) {
+    split(N, [&](std::size_t a, std::size_t b) {
+    for (std::size_t t = a; t < b; ++t) {
       float* q = bq_.data() + t * E;
       float* k = bk_.data() + t * KV;
       float* v = bv_.data() + t * KV;
@@ -356,14 +370,15 @@ Status Transformer::forward_batch(std::span<const TokenId> tokens, int pos0, kv:
       const int pos = pos0 + static_cast<int>(t);
       rope(q, c.n_head, c.head_dim(), pos, c.rope_theta, c.rope);
       rope(k, c.n_kv_head, c.head_dim(), pos, c.rope_theta, c.rope);
-      LMP_TRY(cache.append(l, seq, std::span<const float>(k, KV), std::span<const float>(v, KV)));
     }
+    });
+    for (std::size_t t = 0; t < N; ++t)  // in order: the cache takes a sequence's tokens one after another
+      LMP_TRY(cache.append(l, seq, std::span<const float>(bk_.data() + t * KV, KV), std::span<const float>(bv_.data() + t * KV, KV)));
     cache.blocks(l, seq, blocks_);
     int total = 0;
     for (const auto& b : blocks_) total += b.size();
     // Causal attention: token t sees the cached tokens before the batch and the batch's
     // first t + 1; threads take tokens in turn.
-    const auto T = static_cast<std::size_t>(pool.size());
     pool.run(T, [&](std::size_t i) {
       for (std::size_t t = i; t < N; t += T) {
         const int pos = pos0 + static_cast<int>(t);
@@ -377,17 +392,14 @@ Status Transformer::forward_batch(std::span<const TokenId> tokens, int pos0, kv:
     });
     const Mm o[] = {{&w.wo, bxb2_.data(), E}};
     matmuls(o, bxb_.data(), n, pool);
-    for (std::size_t i = 0; i < N * E; ++i) bx_[i] += bxb2_[i];
-    for (std::size_t t = 0; t < N; ++t) rmsnorm(bxb_.data() + t * E, bx_.data() + t * E, w.ffn_norm.data(), c.n_embd, c.rms_eps);
+    residual();
+    norm(w.ffn_norm);
     const Mm gu[] = {{&w.w_gate, bh_.data(), F}, {&w.w_up, bh2_.data(), F}};
     matmuls(gu, bxb_.data(), n, pool);
-    for (std::size_t i = 0; i < N * F; ++i) {
-      const float g = bh_[i];
-      bh_[i] = g / (1.0f + std::exp(-g)) * bh2_[i];
-    }
+    split(N * F, [&](std::size_t a, std::size_t b) { swiglu(bh_.data() + a, bh2_.data() + a, b - a); });
     const Mm d[] = {{&w.w_down, bxb2_.data(), E}};
     matmuls(d, bh_.data(), n, pool);
-    for (std::size_t i = 0; i < N * E; ++i) bx_[i] += bxb2_[i];
+    residual();
   }
   // Only the last token's logits are needed.
   std::copy(bx_.end() - static_cast<std::ptrdiff_t>(E), bx_.end(), x_.begin());

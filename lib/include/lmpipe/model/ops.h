@@ -78,6 +78,10 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 // x (n) = softmax(x), the maximum subtracted
 void softmax(float* x, int n);
 
+// SwiGLU's product: g (n) = silu(g) · u, silu(x) = x / (1 + e^-x) (vectorised exponential,
+// relative error under 2e-7; the decode step and prompt processing share it).
+void swiglu(float* g, const float* u, std::size_t n);
+
 // Rotary position embedding of the heads of v (n_head, head_dim) at position pos.
 // Adjacent pairs (x[2i], x[2i+1]): llama.cpp's LLaMA layout (GGUF files and llama2.c
 // checkpoints, whose q/k rows are permuted so); halves (x[i], x[i + head_dim/2]): HF's
