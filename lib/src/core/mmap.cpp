@@ -10,11 +10,10 @@
 #include <new>
 #include <system_error>
 #include <thread>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "lmpipe/core/big_alloc.h"
-
 #include "lmpipe/core/io.h"
 
 namespace lmp {

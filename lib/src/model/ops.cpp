@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "lmpipe/core/cpu.h"
@@ -13,10 +13,8 @@
 namespace lmp::model {
 
 namespace {
-std::atomic<std::size_t> g_prefetch{kDefaultPrefetch};
-}  // namespace
 
-namespace {
+std::atomic<std::size_t> g_prefetch{kDefaultPrefetch};  // set_prefetch_distance
 
 // ---- scalar reference kernels ----------------------------------------------------------
 
