@@ -151,6 +151,7 @@ class InlineMap64 {
     });
     run_parallel(parts, [&](std::size_t part) {
       const std::size_t lo = cap * part / parts, hi = cap * (part + 1) / parts;
+      e_.prefault(lo, hi);
       // This share's keys first, in order and branch-free (see StringIdMap::insert_all).
       std::vector<std::uint32_t> mine(n);
       std::size_t m = 0;
@@ -204,6 +205,7 @@ class InlineMap64 {
   void rehash(std::size_t cap) {
     ZeroedArray<Entry> old = std::move(e_);
     e_ = ZeroedArray<Entry>(cap);
+    if (!old.empty()) e_.prefault(0, cap);  // (an empty table: the threads of a bulk insert do it)
     size_ = 0;
     for (const Entry& o : old)
       if (o.nkey != 0) {

@@ -84,6 +84,7 @@ class StringIdMap {
     std::vector<std::size_t> placed(parts, 0);
     run_parallel(parts, [&](std::size_t part) {
       const std::size_t lo = cap * part / parts, hi = cap * (part + 1) / parts;
+      slots_.prefault(lo, hi);
       // This share's keys first, in order and without a branch per key (a test per key
       // mispredicts every other time on two threads: it cost as much as the inserts).
       std::vector<std::uint32_t> mine(n);
@@ -159,6 +160,7 @@ class StringIdMap {
   void rehash(std::size_t cap) {
     ZeroedArray<Slot> old = std::move(slots_);
     slots_ = ZeroedArray<Slot>(cap);
+    if (!old.empty()) slots_.prefault(0, cap);  // (an empty table: the threads of a bulk insert do it)
     size_ = 0;
     for (const Slot& s : old)
       if (s.id1 != 0) {
