@@ -73,11 +73,16 @@ TEST_CASE("the thread pool runs every index once, again and again", "[model][poo
 
 TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]") {
   Rng r(3);
-  const int rows = 12, cols = 96, n = 7;
-  std::vector<float> W(static_cast<std::size_t>(rows * cols)), X(static_cast<std::size_t>(n * cols));
-  for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
-  for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
+  // Row lengths that reach every loop of the kernels: 96 = 64 + 2·16; 288 (stories15M) =
+  // 4·64 + 2·16; 109 = 64 + 2·16 + 8 + 5 (the float types only: q8_0 and q4_0 come in 32s).
+  for (const int cols : {96, 288, 109})
   for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0}) {
+    if (cols % 32 != 0 && (t == DType::q8_0 || t == DType::q4_0)) continue;
+    INFO(dtype_name(t) << ", " << cols << " columns");
+    const int rows = 12, n = 7;
+    std::vector<float> W(static_cast<std::size_t>(rows * cols)), X(static_cast<std::size_t>(n * cols));
+    for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
+    for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
     const std::size_t rb = dtype_bytes(t, cols);
     std::vector<std::byte> q(rb * rows);
     for (int i = 0; i < rows; ++i) from_f32(t, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);

@@ -120,11 +120,18 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) float dot_f16_avx512(const std:
     s2 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 32))), _mm512_loadu_ps(x + i + 32), s2);
     s3 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 48))), _mm512_loadu_ps(x + i + 48), s3);
   }
+  // Rows whose length is no multiple of 64 (stories15M's 288): the rest 16 and 8 at a
+  // time, and the last few through F16C. The scalar loop of before took 14% of a step.
+  for (; i + 16 <= n; i += 16)
+    s1 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i))), _mm512_loadu_ps(x + i), s1);
+  __m256 t = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8)
+    t = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))), _mm256_loadu_ps(x + i), t);
   float lanes[16];
   _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
-  float s = 0;
+  float s = hsum(t);
   for (float v : lanes) s += v;
-  for (; i < n; ++i) s += f16_to_f32(a[i]) * x[i];
+  for (; i < n; ++i) s += _cvtsh_ss(a[i]) * x[i];
   return s;
 }
 
@@ -140,7 +147,7 @@ __attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const std::uint16_t*
     s1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), s1);
   }
   float s = hsum(_mm256_add_ps(s0, s1));
-  for (; i < n; ++i) s += f16_to_f32(a[i]) * x[i];
+  for (; i < n; ++i) s += _cvtsh_ss(a[i]) * x[i];
   return s;
 }
 
