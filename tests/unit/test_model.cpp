@@ -75,46 +75,47 @@ TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]"
   Rng r(3);
   // Row lengths that reach every loop of the kernels: 96 = 64 + 2·16; 288 (stories15M) =
   // 4·64 + 2·16; 109 = 64 + 2·16 + 8 + 5 (the float types only: q8_0 and q4_0 come in 32s).
-  for (const int cols : {96, 288, 109})
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0}) {
-    if (cols % 32 != 0 && (t == DType::q8_0 || t == DType::q4_0)) continue;
-    INFO(dtype_name(t) << ", " << cols << " columns");
-    const int rows = 12, n = 7;
-    std::vector<float> W(static_cast<std::size_t>(rows * cols)), X(static_cast<std::size_t>(n * cols));
-    for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
-    for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
-    const std::size_t rb = dtype_bytes(t, cols);
-    std::vector<std::byte> q(rb * rows);
-    for (int i = 0; i < rows; ++i) from_f32(t, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);
-    Weight w{t, q.data(), rows, cols, rb};
-    std::vector<float> batch(static_cast<std::size_t>(n * rows)), scratch;
-    matmul(batch.data(), rows, w, X.data(), n, 0, rows, scratch);
-    for (int tok = 0; tok < n; ++tok) {
-      const float* x = X.data() + tok * cols;
-      QuantizedVec xq;
-      quantize_activation(xq, x, cols);
-      std::vector<float> one(rows);
-      matvec(one.data(), w, x, &xq, 0, rows);
-      // The prefetch distance changes what is fetched early, never the sums (far past the
-      // weights included: a prefetch does not fault).
-      for (std::size_t pd : {std::size_t{0}, std::size_t{64}, std::size_t{1} << 20}) {
-        set_prefetch_distance(pd);
-        CHECK(prefetch_distance() == pd);
-        std::vector<float> again(rows);
-        matvec(again.data(), w, x, &xq, 0, rows);
-        CHECK(again == one);
-      }
-      set_prefetch_distance(kDefaultPrefetch);
-      for (int i = 0; i < rows; ++i) {
-        std::vector<float> row(cols);
-        to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, row.data(), cols);
-        double want = 0;
-        for (int k = 0; k < cols; ++k) want += static_cast<double>(row[static_cast<std::size_t>(k)]) * static_cast<double>(x[k]);
-        // The batched path multiplies f32 rows; the single-token path of q8_0/q4_0 also
-        // quantizes the activations (error up to about |row|·|x|/127 per block).
-        const double tol = (t == DType::q8_0 || t == DType::q4_0) ? 0.1 : 1e-4;
-        CHECK(static_cast<double>(batch[static_cast<std::size_t>(tok * rows + i)]) == Approx(want).margin(1e-4));
-        CHECK(static_cast<double>(one[static_cast<std::size_t>(i)]) == Approx(want).margin(tol));
+  for (const int cols : {96, 288, 109}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0}) {
+      if (cols % 32 != 0 && (t == DType::q8_0 || t == DType::q4_0)) continue;
+      INFO(dtype_name(t) << ", " << cols << " columns");
+      const int rows = 12, n = 7;
+      std::vector<float> W(static_cast<std::size_t>(rows * cols)), X(static_cast<std::size_t>(n * cols));
+      for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
+      for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
+      const std::size_t rb = dtype_bytes(t, cols);
+      std::vector<std::byte> q(rb * rows);
+      for (int i = 0; i < rows; ++i) from_f32(t, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);
+      Weight w{t, q.data(), rows, cols, rb};
+      std::vector<float> batch(static_cast<std::size_t>(n * rows)), scratch;
+      matmul(batch.data(), rows, w, X.data(), n, 0, rows, scratch);
+      for (int tok = 0; tok < n; ++tok) {
+        const float* x = X.data() + tok * cols;
+        QuantizedVec xq;
+        quantize_activation(xq, x, cols);
+        std::vector<float> one(rows);
+        matvec(one.data(), w, x, &xq, 0, rows);
+        // The prefetch distance changes what is fetched early, never the sums (far past the
+        // weights included: a prefetch does not fault).
+        for (std::size_t pd : {std::size_t{0}, std::size_t{64}, std::size_t{1} << 20}) {
+          set_prefetch_distance(pd);
+          CHECK(prefetch_distance() == pd);
+          std::vector<float> again(rows);
+          matvec(again.data(), w, x, &xq, 0, rows);
+          CHECK(again == one);
+        }
+        set_prefetch_distance(kDefaultPrefetch);
+        for (int i = 0; i < rows; ++i) {
+          std::vector<float> row(cols);
+          to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, row.data(), cols);
+          double want = 0;
+          for (int k = 0; k < cols; ++k) want += static_cast<double>(row[static_cast<std::size_t>(k)]) * static_cast<double>(x[k]);
+          // The batched path multiplies f32 rows; the single-token path of q8_0/q4_0 also
+          // quantizes the activations (error up to about |row|·|x|/127 per block).
+          const double tol = (t == DType::q8_0 || t == DType::q4_0) ? 0.1 : 1e-4;
+          CHECK(static_cast<double>(batch[static_cast<std::size_t>(tok * rows + i)]) == Approx(want).margin(1e-4));
+          CHECK(static_cast<double>(one[static_cast<std::size_t>(i)]) == Approx(want).margin(tol));
+        }
       }
     }
   }
