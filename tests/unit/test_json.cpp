@@ -47,3 +47,52 @@ TEST_CASE("json strings are escaped as serde_json does", "[core][json]") {
   json::append_string(o, "a\"b\\c\n\x01\xc3\xa9");
   CHECK(o == "\"a\\\"b\\\\c\\n\\u0001\xc3\xa9\"");
 }
+
+TEST_CASE("json numbers: integers to 64 bits, exactly at every digit count", "[core][json]") {
+  auto d = json::Document::parse(
+      "[0, -0, 123456789012345678, -123456789012345678, 1234567890123456789, 9223372036854775807, "
+      "-9223372036854775808, 9223372036854775808, 1e3, 0.5, -1.25e-2]",
+      "t");
+  REQUIRE(d.ok());
+  auto a = d.value()->root();
+  CHECK(a[0].integer() == 0);
+  CHECK(a[1].integer() == 0);
+  CHECK(a[2].integer() == 123456789012345678);       // 18 digits: accumulated while scanning
+  CHECK(a[3].integer() == -123456789012345678);
+  CHECK(a[4].integer() == 1234567890123456789);      // 19 digits: through from_chars
+  CHECK(a[5].integer() == INT64_MAX);
+  CHECK(a[6].integer() == INT64_MIN);
+  CHECK_FALSE(a[7].integer());                       // past int64: a double
+  CHECK(a[7].num() == 9223372036854775808.0);
+  CHECK_FALSE(a[8].integer());
+  CHECK(a[8].num() == 1000.0);
+  CHECK(a[9].num() == 0.5);
+  CHECK(a[10].num() == -0.0125);
+  CHECK(a[5].num() == static_cast<double>(INT64_MAX));
+  for (const char* bad : {"[-]", "[1.]", "[1e]", "[-x]", "[.5]"}) CHECK_FALSE(json::Document::parse(bad, "t").ok());
+}
+
+TEST_CASE("json whitespace runs and strings of every length around the 16-byte scan", "[core][json]") {
+  for (std::size_t ws = 0; ws < 40; ++ws)
+    for (std::size_t len = 0; len < 40; ++len) {
+      std::string body(len, 'x');
+      for (std::size_t i = 0; i < len; ++i) body[i] = static_cast<char>('a' + (i * 7 + ws) % 26);
+      std::string pad(ws, " \n\t\r"[(ws + len) % 4]);
+      std::string text = pad + "[" + pad + "\"" + body + "\"" + pad + "," + pad + "\"" + body + "\\n\"" + pad + "]" + pad;
+      auto d = json::Document::parse(text, "t");
+      REQUIRE(d.ok());
+      CHECK(d.value()->root()[0].str() == body);
+      CHECK(d.value()->root()[1].str() == body + "\n");
+      // A control character anywhere in the string is an error, located at it.
+      if (len > 0) {
+        std::string bad = text;
+        bad[pad.size() + 1 + pad.size() + 1 + len - 1] = '\x01';
+        auto e = json::Document::parse(bad, "t");
+        REQUIRE_FALSE(e.ok());
+        CHECK(e.error().message.find("control character") != std::string::npos);
+      }
+      // Cut inside the string: unterminated, at any length (no read past the end).
+      auto cut = json::Document::parse(text.substr(0, pad.size() + 2 + pad.size() + len), "t");
+      CHECK_FALSE(cut.ok());
+    }
+}

@@ -160,3 +160,13 @@ TEST_CASE("run_ordered stops when emit refuses, and rethrows a worker's exceptio
     CHECK(after.load() < 50);  // the others stopped soon after
   }
 }
+
+TEST_CASE("load_upto8 reads what a zero-padded memcpy of up to 8 bytes gives", "[core][tables]") {
+  const char bytes[] = "\x01\x82\x03\xF4\x05\x86\x07\xF8\x09";
+  for (std::size_t off = 0; off < 2; ++off)
+    for (std::size_t n = 0; n <= 8; ++n) {
+      std::uint64_t want = 0;
+      std::memcpy(&want, bytes + off, n);
+      CHECK(load_upto8(bytes + off, n) == want);
+    }
+}

@@ -6,6 +6,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace lmp::json {
 
 Type Value::type() const { return doc_->nodes_[idx_].type; }
@@ -21,7 +25,8 @@ std::string_view Value::str() const {
 double Value::num() const {
   if (!doc_) return 0.0;
   const auto& n = doc_->nodes_[idx_];
-  return n.type == Type::number ? doc_->nums_[n.a].num : 0.0;
+  if (n.type != Type::number) return 0.0;
+  return n.flag ? static_cast<double>(n.i64()) : n.f64();
 }
 bool Value::boolean() const { return doc_ && doc_->nodes_[idx_].type == Type::boolean && doc_->nodes_[idx_].flag; }
 
@@ -29,7 +34,7 @@ std::optional<std::int64_t> Value::integer() const {
   if (!doc_) return std::nullopt;
   const auto& n = doc_->nodes_[idx_];
   if (n.type != Type::number || !n.flag) return std::nullopt;
-  return doc_->nums_[n.a].i64;
+  return n.i64();
 }
 
 std::size_t Value::size() const {
@@ -98,12 +103,47 @@ class Parser {
     return make_error(Errc::parse, "{}: {}", d_.location(static_cast<std::uint32_t>(p_)), what);
   }
 
+  static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+  // Pretty-printed files (tokenizer.json: a newline and six spaces before each of ~400k
+  // entries) are a third whitespace: runs are skipped 16 bytes at a time.
   void skip_ws() {
-    while (p_ < n_) {
-      char c = s_[p_];
-      if (c == ' ' || c == '\n' || c == '\t' || c == '\r') ++p_;
-      else break;
+    if (p_ >= n_ || !is_ws(s_[p_])) return;
+#if defined(__SSE2__)
+    while (p_ + 16 <= n_) {
+      __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s_ + p_));
+      __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8(' ')), _mm_cmpeq_epi8(x, _mm_set1_epi8('\n'))),
+                                _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('\t')), _mm_cmpeq_epi8(x, _mm_set1_epi8('\r'))));
+      auto other = static_cast<unsigned>(~_mm_movemask_epi8(ws)) & 0xFFFFu;
+      if (other != 0) {
+        p_ += static_cast<std::size_t>(__builtin_ctz(other));
+        return;
+      }
+      p_ += 16;
     }
+#endif
+    while (p_ < n_ && is_ws(s_[p_])) ++p_;
+  }
+
+  // The length of the run at `p` free of '"', '\\' and control characters.
+  std::size_t plain_run(std::size_t p) const {
+    std::size_t b = p;
+#if defined(__SSE2__)
+    while (p + 16 <= n_) {
+      __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s_ + p));
+      __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')), _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                                  _mm_cmpeq_epi8(_mm_max_epu8(x, _mm_set1_epi8(0x1F)), _mm_set1_epi8(0x1F)));
+      auto m = static_cast<unsigned>(_mm_movemask_epi8(stop));
+      if (m != 0) return p + static_cast<std::size_t>(__builtin_ctz(m)) - b;
+      p += 16;
+    }
+#endif
+    while (p < n_) {
+      auto c = static_cast<unsigned char>(s_[p]);
+      if (c == '"' || c == '\\' || c < 0x20) break;
+      ++p;
+    }
+    return p - b;
   }
 
   std::uint32_t new_node(Type t) {
@@ -148,14 +188,24 @@ class Parser {
 
   Status parse_number() {
     std::size_t start = p_;
-    if (s_[p_] == '-') ++p_;
+    bool neg = s_[p_] == '-';
+    if (neg) ++p_;
     bool integral = true;
+    // Up to 18 digits are accumulated as they are scanned (no overflow); longer ones and
+    // fractions go through from_chars.
+    std::uint64_t acc = 0;
+    std::size_t first = p_;
+    while (p_ < n_ && s_[p_] >= '0' && s_[p_] <= '9') {
+      acc = acc * 10 + static_cast<std::uint64_t>(s_[p_] - '0');
+      ++p_;
+    }
+    std::size_t n_digits = p_ - first;
+    if (n_digits == 0) return err("invalid number");
     auto digits = [&] {
       std::size_t b = p_;
       while (p_ < n_ && s_[p_] >= '0' && s_[p_] <= '9') ++p_;
       return p_ > b;
     };
-    if (!digits()) return err("invalid number");
     if (p_ < n_ && s_[p_] == '.') {
       integral = false;
       ++p_;
@@ -172,8 +222,12 @@ class Parser {
     auto i = new_node(Type::number);
     p_ = save;
     auto& node = d_.nodes_[i];
-    node.a = static_cast<std::uint32_t>(d_.nums_.size());
-    auto& num = d_.nums_.emplace_back(Document::Number{0.0, 0});
+    if (integral && n_digits <= 18) {
+      node.flag = true;
+      auto v = static_cast<std::int64_t>(acc);
+      node.set_bits(static_cast<std::uint64_t>(neg ? -v : v));
+      return {};
+    }
     const char* b = s_ + start;
     const char* e = s_ + p_;
     if (integral) {
@@ -181,15 +235,16 @@ class Parser {
       auto r = std::from_chars(b, e, v);
       if (r.ec == std::errc()) {
         node.flag = true;
-        num.i64 = v;
-        num.num = static_cast<double>(v);
+        node.set_bits(static_cast<std::uint64_t>(v));
         return {};
       }
     }
     double dv = 0;
     auto r = std::from_chars(b, e, dv);
     if (r.ec != std::errc() && r.ec != std::errc::result_out_of_range) return err("invalid number");
-    num.num = dv;
+    std::uint64_t bits;
+    std::memcpy(&bits, &dv, sizeof bits);
+    node.set_bits(bits);
     return {};
   }
 
@@ -212,19 +267,15 @@ class Parser {
     ++p_;  // opening quote
     std::size_t start = p_;
     // Fast scan: no escapes.
-    while (p_ < n_) {
-      char c = s_[p_];
-      if (c == '"') {
-        d_.nodes_[i].a = static_cast<std::uint32_t>(start);
-        d_.nodes_[i].b = static_cast<std::uint32_t>(p_ - start);
-        ++p_;
-        return {};
-      }
-      if (c == '\\') break;
-      if (static_cast<unsigned char>(c) < 0x20) return err("control character in string");
-      ++p_;
-    }
+    p_ += plain_run(p_);
     if (p_ >= n_) return err("unterminated string");
+    if (s_[p_] == '"') {
+      d_.nodes_[i].a = static_cast<std::uint32_t>(start);
+      d_.nodes_[i].b = static_cast<std::uint32_t>(p_ - start);
+      ++p_;
+      return {};
+    }
+    if (s_[p_] != '\\') return err("control character in string");
     std::string out(s_ + start, p_ - start);
     while (p_ < n_) {
       char c = s_[p_];

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -77,12 +78,21 @@ class Document {
     Type type;
     bool flag;           // booleans: the value; numbers: integral; strings: unescaped in arena_
     std::uint32_t pos;   // byte offset in the source
-    std::uint32_t a;     // string: offset or arena index; containers: first kid; numbers: index in nums_
-    std::uint32_t b;     // string: length; containers: kid count
-  };
-  struct Number {
-    double num;
-    std::int64_t i64;
+    std::uint32_t a;     // string: offset or arena index; containers: first kid; numbers: low 32 bits
+    std::uint32_t b;     // string: length; containers: kid count; numbers: high 32 bits
+    // Numbers: the 64 bits of a and b hold the integer (integral) or the double.
+    std::uint64_t bits() const { return std::uint64_t{a} | (std::uint64_t{b} << 32); }
+    void set_bits(std::uint64_t v) {
+      a = static_cast<std::uint32_t>(v);
+      b = static_cast<std::uint32_t>(v >> 32);
+    }
+    std::int64_t i64() const { return static_cast<std::int64_t>(bits()); }
+    double f64() const {
+      double d;
+      std::uint64_t v = bits();
+      std::memcpy(&d, &v, sizeof d);
+      return d;
+    }
   };
   static Result<std::unique_ptr<Document>> parse_src(std::unique_ptr<Document> d);
   std::string text_;        // the text, when given as a string
@@ -90,7 +100,6 @@ class Document {
   std::string_view src_;    // the one of the two that holds the text
   std::string name_;
   big_vector<Node> nodes_;
-  big_vector<Number> nums_;
   big_vector<std::uint32_t> kids_;  // container children (objects: key, value, key, ...)
   std::deque<std::string> arena_;    // unescaped strings
 };

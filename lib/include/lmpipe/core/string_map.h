@@ -14,6 +14,30 @@
 
 namespace lmp {
 
+// The first min(n, 8) bytes at p as a little-endian integer, zero-padded: the value a
+// memcpy of n bytes into a zeroed uint64 gives, without its byte loop (whose byte stores
+// the 8-byte load after it cannot forward from: a stall of a dozen cycles per key, a
+// quarter of resolving Llama-3's 280k merges).
+inline std::uint64_t load_upto8(const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  if (n >= 8) {
+    std::uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+  if (n >= 4) {
+    std::uint32_t lo, hi;
+    std::memcpy(&lo, p, 4);
+    std::memcpy(&hi, p + n - 4, 4);
+    return std::uint64_t{lo} | ((std::uint64_t{hi} >> (8 * (8 - n))) << 32);
+  }
+  if (n == 0) return 0;
+  std::uint64_t v = p[0];
+  if (n >= 2) v |= std::uint64_t{p[1]} << 8;
+  if (n == 3) v |= std::uint64_t{p[2]} << 16;
+  return v;
+}
+
 inline std::uint64_t hash_bytes(const void* data, std::size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
   constexpr std::uint64_t k = 0x9E3779B97F4A7C15ULL;
@@ -26,8 +50,7 @@ inline std::uint64_t hash_bytes(const void* data, std::size_t n) {
     p += 8;
     n -= 8;
   }
-  std::uint64_t v = 0;
-  std::memcpy(&v, p, n);
+  std::uint64_t v = load_upto8(p, n);
   h = (h ^ (v * k)) * 0x94D049BB133111EBULL;
   h ^= h >> 32;
   return h;
@@ -139,11 +162,7 @@ class StringIdMap {
     std::uint32_t id1;   // the id + 1; 0: empty
     std::int32_t id() const { return static_cast<std::int32_t>(id1) - 1; }
   };
-  static std::uint64_t prefix(std::string_view k) {
-    std::uint64_t v = 0;
-    std::memcpy(&v, k.data(), k.size() < 8 ? k.size() : 8);
-    return v;
-  }
+  static std::uint64_t prefix(std::string_view k) { return load_upto8(k.data(), k.size()); }
   std::size_t probe(std::string_view key, std::uint64_t h) const {
     std::size_t mask = slots_.size() - 1;
     std::size_t i = static_cast<std::size_t>(h >> 7) & mask;
