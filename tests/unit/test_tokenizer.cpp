@@ -115,6 +115,61 @@ TEST_CASE("a tokenizer.json loaded on 1-4 threads is the same tokenizer", "[tok]
   }
 }
 
+// Every key byte-level text: the vocabulary is indexed by its bytes alone. One key that
+// is not (here "€", outside the 256 stand-ins) sends the loader down the text index; both
+// must give the same ids and the same errors, on any number of threads.
+TEST_CASE("byte-level tokenizer.json: the bytes index and the text index agree", "[tok][threads]") {
+  auto t = small_tokenizer("gpt2", true);
+  const std::string pure = to_tokenizer_json(*t);
+  auto vocab = pure.find("\"vocab\":{");
+  REQUIRE(vocab != std::string::npos);
+  std::string mixed = pure;
+  mixed.insert(vocab + 9, "\"\xE2\x82\xAC\":" + std::to_string(t->vocab_size()) + ",");
+  std::mt19937 rng(17);
+  for (int threads = 1; threads <= 3; ++threads) {
+    auto a = load_tokenizer_json(pure, "p.json", threads);
+    auto b = load_tokenizer_json(mixed, "m.json", threads);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    CHECK(b.value()->vocab_size() == a.value()->vocab_size() + 1);
+    for (int i = 0; i < 300; ++i) {
+      std::string s;
+      for (std::size_t k = 0, n = rng() % 40; k < n; ++k)
+        s += static_cast<char>(rng() % 5 == 0 ? rng() % 256 : "the lazy dog 中文 12345\n"[rng() % 23]);
+      if (s.find("\xE2\x82\xAC") != std::string::npos) continue;  // (the one token they differ in)
+      INFO("threads " << threads << " case " << i);
+      REQUIRE(encode(*a.value(), s) == encode(*b.value(), s));
+    }
+  }
+  // The same errors either way: a key given twice; a merge naming text that is no token,
+  // byte-level text or not.
+  auto with = [](std::string j, std::string_view from, std::string_view to) {
+    auto at = j.find(from);
+    REQUIRE(at != std::string::npos);
+    return j.replace(at, from.size(), to);
+  };
+  for (const std::string* base : {&pure, static_cast<const std::string*>(&mixed)}) {
+    const std::string next = std::to_string(t->vocab_size() + 1), after = std::to_string(t->vocab_size() + 2);
+    auto dup = load_tokenizer_json(with(*base, "\"vocab\":{", "\"vocab\":{\"the\":" + next + ",\"the\":" + after + ","),
+                                   "d.json");
+    REQUIRE_FALSE(dup.ok());
+    INFO(dup.error().message);
+    CHECK(dup.error().message.find("duplicate vocab entry \"the\"") != std::string::npos);
+    CHECK(dup.error().message.find("d.json:1:") != std::string::npos);
+    auto merges = base->find("\"merges\":[[\"");
+    REQUIRE(merges != std::string::npos);
+    for (std::string_view unknown : {"\xE2\x82\xAC", "zzzq", "\xC4\xA0zq"}) {
+      std::string bad = *base;
+      bad.insert(merges + 12, std::string(unknown));
+      auto e = load_tokenizer_json(bad, "u.json", 2);
+      REQUIRE_FALSE(e.ok());
+      INFO(e.error().message);
+      CHECK(e.error().message.find("merge 1: token") != std::string::npos);
+      CHECK(e.error().message.find("is not in the vocabulary") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("bytes outside a limited alphabet are dropped and counted", "[tok]") {
   auto t = small_tokenizer("gpt2", false);
   Session s(*t);

@@ -53,6 +53,28 @@ Result<BpeModel> BpeModel::build(std::vector<std::string> tokens,
   BpeModel m;
   m.tokens_ = std::move(tokens);
   std::vector<bool> shadowed = index_tokens(m.tokens_, m.ids_, m.byte_ids_, m.max_token_bytes_, threads);
+  return finish_build(std::move(m), shadowed, std::move(merges), ignore_merges, threads);
+}
+
+Result<BpeModel> BpeModel::build_indexed(std::vector<std::string> tokens, StringIdMap ids,
+                                         std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
+                                         int threads) {
+  BpeModel m;
+  m.tokens_ = std::move(tokens);
+  m.ids_ = std::move(ids);
+  m.byte_ids_.fill(-1);
+  m.max_token_bytes_ = 0;
+  for (std::size_t i = 0; i < m.tokens_.size(); ++i) {
+    const std::string& t = m.tokens_[i];
+    m.max_token_bytes_ = std::max(m.max_token_bytes_, t.size());
+    if (t.size() == 1) m.byte_ids_[static_cast<unsigned char>(t[0])] = static_cast<TokenId>(i);
+  }
+  return finish_build(std::move(m), {}, std::move(merges), ignore_merges, threads);
+}
+
+Result<BpeModel> BpeModel::finish_build(BpeModel m, const std::vector<bool>& shadowed,
+                                        std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
+                                        int threads) {
   m.ignore_merges_ = ignore_merges;
   const auto n = static_cast<TokenId>(m.tokens_.size());
   const std::size_t n_merges = merges.size();

@@ -42,21 +42,29 @@ std::string bytes_to_byte_level(std::string_view bytes) {
   return out;
 }
 
-bool byte_level_to_bytes(std::string_view s, std::string& out) {
+std::ptrdiff_t byte_level_to_bytes(std::string_view s, char* out) {
   // All 256 stand-ins are below U+0200: one UTF-8 byte, or two with lead C2..C7.
   const auto& from = tables().from_cp;
-  out.clear();
-  out.reserve(s.size());
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  char* o = out;
   for (std::size_t i = 0, n = s.size(); i < n; ++i) {
     std::uint32_t cp = p[i];
     if (cp >= 0x80) {
-      if (cp < 0xC2 || cp > 0xC7 || i + 1 == n || (p[i + 1] & 0xC0) != 0x80) return false;
+      if (cp < 0xC2 || cp > 0xC7 || i + 1 == n || (p[i + 1] & 0xC0) != 0x80) return -1;
       cp = ((cp & 0x1F) << 6) | (p[++i] & 0x3F);
     }
-    if (from[cp] < 0) return false;
-    out += static_cast<char>(from[cp]);
+    std::int16_t b = from[cp];
+    if (b < 0) return -1;
+    *o++ = static_cast<char>(b);
   }
+  return o - out;
+}
+
+bool byte_level_to_bytes(std::string_view s, std::string& out) {
+  out.resize(s.size());  // (the bytes are never more than the text)
+  std::ptrdiff_t n = byte_level_to_bytes(s, out.data());
+  if (n < 0) return false;
+  out.resize(static_cast<std::size_t>(n));
   return true;
 }
 

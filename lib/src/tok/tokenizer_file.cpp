@@ -1,5 +1,6 @@
 // Tokenizer files: HF tokenizer.json, GPT-2 vocab.json + merges.txt, tiktoken ranks.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -184,13 +185,22 @@ Result<std::vector<AddedToken>> parse_added(json::Value list) {
 // the model only when their text is byte-level text (as HF's vocabulary lookup would
 // find them: a merge can produce such a token). Ids are checked before anything is
 // allocated: a lying file cannot make us allocate in proportion to its largest id.
+//
+// A byte-level vocabulary whose every key is the byte-level text of some bytes (GPT-2,
+// Llama-3, Qwen: all of them) is indexed once, by bytes: that text and the bytes are one
+// to one, so an index of the bytes answers every lookup of a key's text exactly (a text
+// that is not byte-level text is no key), and the model reuses it. Otherwise the keys
+// are indexed as text, and the model indexes its bytes again.
 struct Vocab {
   std::vector<std::string> tokens;
-  StringIdMap text_ids;
+  StringIdMap text_ids;   // when !by_bytes
+  StringIdMap byte_ids;   // when by_bytes: views into tokens
+  bool by_bytes = false;
 };
 
 template <class Special>
-Status parse_vocab(json::Value vocab, Vocab& v, Special&& special, bool byte_level = true, int threads = 1) {
+Status parse_vocab(json::Value vocab, Vocab& v, Special&& special, bool byte_level = true, int threads = 1,
+                   bool allow_by_bytes = false) {
   const std::size_t n = vocab.size();
   std::vector<TokenId> ids(n);
   std::int64_t max_id = -1;
@@ -214,14 +224,36 @@ Status parse_vocab(json::Value vocab, Vocab& v, Special&& special, bool byte_lev
   }
   std::vector<std::string_view> keys(n);
   for (std::size_t i = 0; i < n; ++i) keys[i] = vocab.key(i).str();
+  v.tokens.assign(static_cast<std::size_t>(max_id + 1), std::string());
   std::vector<std::uint8_t> inserted;
+  if (allow_by_bytes && byte_level && bad == n) {
+    // Every key byte-level text (and not empty)? Then the bytes are the index. (`special`
+    // is not asked: a special token's bytes are its byte-level text's too.)
+    std::atomic<bool> pure{true};
+    parallel_ranges(n, threads, [&](std::size_t b, std::size_t e, std::size_t) {
+      bool ok = true;
+      for (std::size_t i = b; i < e && ok; ++i)  // (ids are distinct: each thread fills its own tokens)
+        ok = !keys[i].empty() && byte_level_to_bytes(keys[i], v.tokens[static_cast<std::size_t>(ids[i])]);
+      if (!ok) pure.store(false, std::memory_order_relaxed);
+    });
+    if (pure.load()) {
+      std::vector<std::string_view> bytes(n);
+      for (std::size_t i = 0; i < n; ++i) bytes[i] = v.tokens[static_cast<std::size_t>(ids[i])];
+      v.byte_ids.insert_all(bytes, ids.data(), inserted, threads);
+      for (std::size_t i = 0; i < n; ++i)
+        if (!inserted[i]) {  // equal bytes: equal keys
+          return make_error(Errc::parse, "{}: duplicate vocab entry {}", vocab.key(i).where(), quote(keys[i]));
+        }
+      v.by_bytes = true;
+      return {};
+    }
+  }
   v.text_ids.insert_all(keys, ids.data(), inserted, threads);
   for (std::size_t i = 0; i < bad; ++i)
     if (!inserted[i]) {
       return make_error(Errc::parse, "{}: duplicate vocab entry {}", vocab.key(i).where(), quote(keys[i]));
     }
   if (bad < n) return make_error(Errc::parse, "{}: id {} is given to two tokens", vocab.val(bad).where(), ids[bad]);
-  v.tokens.assign(static_cast<std::size_t>(max_id + 1), std::string());
   parallel_ranges(n, threads, [&](std::size_t b, std::size_t e, std::size_t) {
     for (std::size_t i = b; i < e; ++i) {  // (ids are distinct: each thread fills its own tokens)
       std::string& bytes = v.tokens[static_cast<std::size_t>(ids[i])];
@@ -257,64 +289,103 @@ Result<std::pair<TokenId, TokenId>> resolve_merge(const StringIdMap& ids, std::s
 
 // "a b" → (a, b); nullopt unless exactly one space separates two non-empty tokens.
 std::optional<std::pair<std::string_view, std::string_view>> split_merge(std::string_view s) {
-  auto sp = s.find(' ');
-  if (sp == std::string_view::npos || sp == 0 || sp + 1 == s.size() ||
-      s.find(' ', sp + 1) != std::string_view::npos)
-    return std::nullopt;
+  std::size_t sp = std::string_view::npos;
+  for (std::size_t i = 0; i < s.size(); ++i)  // (merges are short: one pass, no calls)
+    if (s[i] == ' ') {
+      if (sp != std::string_view::npos) return std::nullopt;
+      sp = i;
+    }
+  if (sp == std::string_view::npos || sp == 0 || sp + 1 == s.size()) return std::nullopt;
   return std::pair{s.substr(0, sp), s.substr(sp + 1)};
 }
 
 // model.merges ("a b" strings or ["a", "b"] pairs) as pairs of ids, in order, on
-// `threads` threads; the error is the first bad merge in file order.
+// `threads` threads; the error is the first bad merge in file order. `ids` maps the
+// vocabulary's text, or with `by_bytes` its bytes (Vocab::byte_ids): each token's text
+// is then looked up as the bytes it stands for, and a text that stands for no bytes is
+// no token.
 Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std::pair<TokenId, TokenId>>& pairs,
-                    int threads = 1) {
+                    int threads = 1, bool by_bytes = false) {
   const std::size_t n = merges.size();
   pairs.assign(n, {-1, -1});
   auto parts = static_cast<std::size_t>(threads < 1 ? 1 : threads);
   std::vector<std::size_t> first_bad(parts, n);
   std::vector<Error> errors(parts);
-  parallel_ranges(n, threads, [&](std::size_t b, std::size_t e, std::size_t part) {
-    // Blocks of merges: split and hash them all, prefetch their slots, then look up.
-    constexpr std::size_t kBlock = 16;
+  // Blocks of merges, two in flight: one is split, hashed and its slots prefetched while
+  // the one before it is looked up, so that a lookup finds its slot arrived (looking up
+  // right after the prefetches left a third of this function waiting on them).
+  constexpr std::size_t kBlock = 16;
+  constexpr std::size_t kShort = 48;  // bytes of a short token's text, converted in place
+  struct Block {
+    std::size_t r0 = 0, r1 = 0, split_bad = 0;
     std::string_view text[2 * kBlock];
+    std::string_view key[2 * kBlock];  // what is looked up: the text, or its bytes
+    char buf[2 * kBlock][kShort];
+    std::string bytes[2 * kBlock];     // (a longer one's)
+    bool valid[2 * kBlock];
     std::uint64_t hash[2 * kBlock];
-    for (std::size_t r0 = b; r0 < e; r0 += kBlock) {
-      std::size_t r1 = std::min(e, r0 + kBlock), split_bad = n;
-      for (std::size_t r = r0; r < r1; ++r) {
+  };
+  parallel_ranges(n, threads, [&](std::size_t b, std::size_t e, std::size_t part) {
+    auto blocks = std::make_unique<Block[]>(2);
+    // Split merges [r0, min(e, r0 + kBlock)) and prefetch their slots; a merge that does
+    // not split ends the block there (split_bad).
+    auto prepare = [&](Block& k, std::size_t r0) {
+      k.r0 = r0;
+      k.r1 = std::min(e, r0 + kBlock);
+      k.split_bad = n;
+      for (std::size_t r = r0; r < k.r1; ++r) {
         json::Value m = merges[r];
         std::optional<std::pair<std::string_view, std::string_view>> ab;
         if (m.is_string()) ab = split_merge(m.str());
         else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) ab = std::pair{m[0].str(), m[1].str()};
         if (!ab) {
-          split_bad = r;
-          r1 = r;  // look up the ones before it: an earlier error comes first
+          k.split_bad = r;
+          k.r1 = r;  // look up the ones before it: an earlier error comes first
           break;
         }
-        std::size_t k = 2 * (r - r0);
-        text[k] = ab->first;
-        text[k + 1] = ab->second;
-        for (std::size_t q = k; q < k + 2; ++q) {
-          hash[q] = hash_bytes(text[q].data(), text[q].size());
-          ids.prefetch(hash[q]);
+        std::size_t i = 2 * (r - r0);
+        k.text[i] = ab->first;
+        k.text[i + 1] = ab->second;
+        for (std::size_t q = i; q < i + 2; ++q) {
+          k.key[q] = k.text[q];
+          k.valid[q] = true;
+          if (by_bytes && k.text[q].size() <= kShort) {
+            std::ptrdiff_t len = byte_level_to_bytes(k.text[q], k.buf[q]);
+            k.valid[q] = len >= 0;
+            k.key[q] = std::string_view(k.buf[q], k.valid[q] ? static_cast<std::size_t>(len) : 0);
+          } else if (by_bytes) {
+            k.valid[q] = byte_level_to_bytes(k.text[q], k.bytes[q]);
+            k.key[q] = k.bytes[q];
+          }
+          k.hash[q] = hash_bytes(k.key[q].data(), k.key[q].size());
+          ids.prefetch(k.hash[q]);
         }
       }
-      for (std::size_t r = r0; r < r1; ++r) {
-        std::size_t k = 2 * (r - r0);
-        TokenId ia = ids.find(text[k], hash[k]), ib = ids.find(text[k + 1], hash[k + 1]);
+    };
+    if (b < e) prepare(blocks[0], b);
+    for (std::size_t cur = 0; b < e; cur ^= 1) {
+      Block& k = blocks[cur];
+      bool last = k.split_bad < n || k.r0 + kBlock >= e;
+      if (!last) prepare(blocks[cur ^ 1], k.r0 + kBlock);
+      for (std::size_t r = k.r0; r < k.r1; ++r) {
+        std::size_t i = 2 * (r - k.r0);
+        TokenId ia = k.valid[i] ? ids.find(k.key[i], k.hash[i]) : -1;
+        TokenId ib = k.valid[i + 1] ? ids.find(k.key[i + 1], k.hash[i + 1]) : -1;
         if (ia < 0 || ib < 0) {
           first_bad[part] = r;
           errors[part] = make_error(Errc::parse, "{}: merge {}: token {} is not in the vocabulary", merges[r].where(),
-                                    r + 1, quote(ia < 0 ? text[k] : text[k + 1]));
+                                    r + 1, quote(ia < 0 ? k.text[i] : k.text[i + 1]));
           return;
         }
         pairs[r] = {ia, ib};
       }
-      if (split_bad < n) {
-        first_bad[part] = split_bad;
+      if (k.split_bad < n) {
+        first_bad[part] = k.split_bad;
         errors[part] = make_error(Errc::parse, "{}: merge {} must be \"a b\" or [\"a\", \"b\"]",
-                                  merges[split_bad].where(), split_bad + 1);
+                                  merges[k.split_bad].where(), k.split_bad + 1);
         return;
       }
+      if (last) break;
     }
   });
   for (std::size_t p = 0; p < parts; ++p)
@@ -465,19 +536,21 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
   Vocab v;
   LMP_TRY(parse_vocab(vocab, v, [&](TokenId id, std::string_view) {
     return static_cast<std::size_t>(id) < special_ids.size() && special_ids[static_cast<std::size_t>(id)];
-  }, /*byte_level=*/true, threads));
+  }, /*byte_level=*/true, threads, /*allow_by_bytes=*/true));
   LMP_TRY(check_added_ids(added, v.tokens.size(), root.get("added_tokens").where()));
 
   json::Value merges = model.get("merges");
   std::vector<std::pair<TokenId, TokenId>> pairs;
   if (merges.valid() && !merges.is_null()) {
     if (!merges.is_array()) return make_error(Errc::parse, "{}: model.merges must be an array", merges.where());
-    LMP_TRY(parse_merges(merges, v.text_ids, pairs, threads));
+    LMP_TRY(parse_merges(merges, v.by_bytes ? v.byte_ids : v.text_ids, pairs, threads, v.by_bytes));
   }
   json::Value im = model.get("ignore_merges");
   bool ignore_merges = im.is_bool() && im.boolean();
   std::size_t n_merges = pairs.size();
-  auto built = BpeModel::build(std::move(v.tokens), std::move(pairs), ignore_merges, threads);
+  auto built = v.by_bytes ? BpeModel::build_indexed(std::move(v.tokens), std::move(v.byte_ids), std::move(pairs),
+                                                     ignore_merges, threads)
+                          : BpeModel::build(std::move(v.tokens), std::move(pairs), ignore_merges, threads);
   if (!built.ok())
     return locate_merge_error(std::move(built).error(), n_merges, [&](std::size_t i) { return merges[i].where(); });
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};

@@ -136,9 +136,7 @@ class StringIdMap {
             ++placed[part];
             break;
           }
-          if (s.head == head && s.len == key.size() &&
-              (key.size() <= 8 || std::memcmp(s.p + 8, key.data() + 8, key.size() - 8) == 0))
-            break;
+          if (s.head == head && s.len == key.size() && (key.size() <= 8 || same_tail(s.p, key))) break;
         }
       }
     });
@@ -163,6 +161,15 @@ class StringIdMap {
     std::int32_t id() const { return static_cast<std::int32_t>(id1) - 1; }
   };
   static std::uint64_t prefix(std::string_view k) { return load_upto8(k.data(), k.size()); }
+  // Bytes 8.. of a stored key of key.size() (> 8) bytes at p equal key's: 8 at a time
+  // inline (tokens are short; a call to memcmp cost more than the compare).
+  static bool same_tail(const char* p, std::string_view key) {
+    for (std::size_t i = 8, n = key.size(); i < n; i += 8) {
+      std::size_t k = n - i < 8 ? n - i : 8;
+      if (load_upto8(p + i, k) != load_upto8(key.data() + i, k)) return false;
+    }
+    return true;
+  }
   std::size_t probe(std::string_view key, std::uint64_t h) const {
     std::size_t mask = slots_.size() - 1;
     std::size_t i = static_cast<std::size_t>(h >> 7) & mask;
@@ -170,9 +177,7 @@ class StringIdMap {
     for (;;) {
       const Slot& s = slots_[i];
       if (s.id1 == 0) return i;
-      if (s.head == head && s.len == key.size() &&
-          (key.size() <= 8 || std::memcmp(s.p + 8, key.data() + 8, key.size() - 8) == 0))
-        return i;
+      if (s.head == head && s.len == key.size() && (key.size() <= 8 || same_tail(s.p, key))) return i;
       i = (i + 1) & mask;
     }
   }

@@ -49,6 +49,12 @@ class BpeModel final : public Model {
   static Result<BpeModel> build(std::vector<std::string> tokens,
                                 std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
                                 int threads = 1);
+  // build() with the bytes → id index already made (by a loader that needed it first):
+  // `ids` maps the bytes of every non-empty token to its id, as views into the strings
+  // of `tokens` (which move with the vector), and no two tokens have the same bytes.
+  static Result<BpeModel> build_indexed(std::vector<std::string> tokens, StringIdMap ids,
+                                        std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
+                                        int threads = 1);
   static Result<BpeModel> build_from_ranks(std::vector<std::string> tokens);
   // SentencePiece-style BPE in HF's form (Mistral, Llama 2 converted): the symbols are
   // characters, not bytes; a character not in the vocabulary becomes its <0xXX> byte
@@ -85,6 +91,10 @@ class BpeModel final : public Model {
   TokenId byte_token(unsigned char b) const { return byte_ids_[b]; }
 
  private:
+  // build()'s second half: the merge table, once tokens_ and ids_ are set.
+  static Result<BpeModel> finish_build(BpeModel m, const std::vector<bool>& shadowed,
+                                       std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
+                                       int threads);
   // The pieces that encode_segmented cuts: at least this long, with a byte >= 0xE0.
   static constexpr std::size_t kSegmentFrom = 7;
   void encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;

@@ -3,6 +3,7 @@
 // 0xAE..0xFF map to themselves; the other 68 map, in increasing order, to U+0100...
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,5 +21,8 @@ std::string bytes_to_byte_level(std::string_view bytes);
 std::optional<std::string> byte_level_to_bytes(std::string_view text);
 // The same into `out` (its buffer reused); false, with `out` unspecified, on failure.
 bool byte_level_to_bytes(std::string_view text, std::string& out);
+// The same into `out`, which has room for text.size() bytes (never more are written):
+// the number of bytes, or -1 when a character is not one of the 256.
+std::ptrdiff_t byte_level_to_bytes(std::string_view text, char* out);
 
 }  // namespace lmp::tok
