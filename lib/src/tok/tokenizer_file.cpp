@@ -237,12 +237,12 @@ Status parse_vocab(json::Value vocab, Vocab& v, Special&& special, bool byte_lev
       if (!ok) pure.store(false, std::memory_order_relaxed);
     });
     if (pure.load()) {
-      std::vector<std::string_view> bytes(n);
-      for (std::size_t i = 0; i < n; ++i) bytes[i] = v.tokens[static_cast<std::size_t>(ids[i])];
-      v.byte_ids.insert_all(bytes, ids.data(), inserted, threads);
+      for (std::size_t i = 0; i < n; ++i) keys[i] = v.tokens[static_cast<std::size_t>(ids[i])];  // (reused)
+      v.byte_ids.insert_all(keys, ids.data(), inserted, threads);
       for (std::size_t i = 0; i < n; ++i)
         if (!inserted[i]) {  // equal bytes: equal keys
-          return make_error(Errc::parse, "{}: duplicate vocab entry {}", vocab.key(i).where(), quote(keys[i]));
+          return make_error(Errc::parse, "{}: duplicate vocab entry {}", vocab.key(i).where(),
+                            quote(vocab.key(i).str()));
         }
       v.by_bytes = true;
       return {};
