@@ -3,6 +3,8 @@
 // run_ordered emits in order, in bounded buffers, and stops on the first error.
 #include <catch2/catch.hpp>
 
+#include <sys/mman.h>
+
 #include <atomic>
 #include <chrono>
 #include <random>
@@ -169,4 +171,21 @@ TEST_CASE("load_upto8 reads what a zero-padded memcpy of up to 8 bytes gives", "
       std::memcpy(&want, bytes + off, n);
       CHECK(load_upto8(bytes + off, n) == want);
     }
+  // It reads 8 bytes where they stay inside one page: a key that ends at the end of a
+  // page followed by an unmapped one is read without touching the next page.
+  const std::size_t page = 4096;
+  void* m = ::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(m != MAP_FAILED);
+  auto* base = static_cast<unsigned char*>(m);
+  REQUIRE(::mprotect(base + page, page, PROT_NONE) == 0);
+  for (std::size_t i = 0; i < page; ++i) base[i] = static_cast<unsigned char>(i * 37 + 11);
+  for (std::size_t n = 0; n <= 8; ++n)
+    for (std::size_t back = n; back <= 16; ++back) {  // keys [page - back, page - back + n)
+      const unsigned char* k = base + page - back;
+      std::uint64_t want = 0;
+      std::memcpy(&want, k, n);
+      CHECK(load_upto8(k, n) == want);
+      CHECK(hash_bytes(k, n) == hash_bytes(std::string(reinterpret_cast<const char*>(k), n).data(), n));
+    }
+  ::munmap(m, 2 * page);
 }
