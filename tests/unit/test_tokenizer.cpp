@@ -170,6 +170,42 @@ TEST_CASE("byte-level tokenizer.json: the bytes index and the text index agree",
   }
 }
 
+// Merged tokens out of vocabulary order, and two merges making one token: the loader's
+// guesses (the token after the previous merge's, then that one) miss, and the index
+// answers. The bytes index (every key byte-level text) and the text index agree.
+TEST_CASE("byte-level tokenizer.json: merged tokens found out of order", "[tok]") {
+  auto make = [](bool mixed) {
+    std::string j = R"({"model":{"type":"BPE","vocab":{"a":0,"b":1,"c":2,"ab":3,"bc":4,"abc":5,"\u0120":6,"\u0120a":7)";
+    if (mixed) j += R"(,"\u20ac":8)";
+    j += R"(},"merges":["b c","a b","ab c","a bc","\u0120 a"]},"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true},"decoder":{"type":"ByteLevel"}})";
+    auto t = load_tokenizer_json(j, "o.json");
+    REQUIRE(t.ok());
+    return std::move(t).value();
+  };
+  auto pure = make(false), mixed = make(true);
+  CHECK(encode(*pure, "abc") == std::vector<TokenId>{5});
+  CHECK(encode(*pure, "ab ab") == std::vector<TokenId>{3, 6, 3});  // ("a b" ranks before "Ġ a")
+  CHECK(encode(*pure, " a") == std::vector<TokenId>{7});
+  std::mt19937 rng(5);
+  for (int i = 0; i < 500; ++i) {
+    std::string s;
+    for (std::size_t k = 0, n = rng() % 12; k < n; ++k) s += "abc "[rng() % 4];
+    INFO(s);
+    REQUIRE(encode(*pure, s) == encode(*mixed, s));
+  }
+  // A merge whose two tokens make no token of the vocabulary: located, either way.
+  for (bool mixed_vocab : {false, true}) {
+    std::string j = R"({"model":{"type":"BPE","vocab":{"a":0,"b":1,"c":2,"ab":3)";
+    if (mixed_vocab) j += R"(,"\u20ac":4)";
+    j += R"(},"merges":["a b","b c"]},"pre_tokenizer":{"type":"ByteLevel"}})";
+    auto e = load_tokenizer_json(j, "m.json");
+    REQUIRE_FALSE(e.ok());
+    INFO(e.error().message);
+    CHECK(e.error().message.find("m.json:1:") != std::string::npos);
+    CHECK(e.error().message.find("merge 2: merged token is not in the vocabulary") != std::string::npos);
+  }
+}
+
 TEST_CASE("bytes outside a limited alphabet are dropped and counted", "[tok]") {
   auto t = small_tokenizer("gpt2", false);
   Session s(*t);

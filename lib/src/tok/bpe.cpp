@@ -58,7 +58,9 @@ Result<BpeModel> BpeModel::build(std::vector<std::string> tokens,
 
 Result<BpeModel> BpeModel::build_indexed(std::vector<std::string> tokens, StringIdMap ids,
                                          std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
-                                         int threads) {
+                                         int threads, std::vector<TokenId> merged) {
+  if (!merged.empty() && merged.size() != merges.size())
+    return make_error(Errc::invalid_argument, "{} merged tokens for {} merges", merged.size(), merges.size());
   BpeModel m;
   m.tokens_ = std::move(tokens);
   m.ids_ = std::move(ids);
@@ -69,12 +71,12 @@ Result<BpeModel> BpeModel::build_indexed(std::vector<std::string> tokens, String
     m.max_token_bytes_ = std::max(m.max_token_bytes_, t.size());
     if (t.size() == 1) m.byte_ids_[static_cast<unsigned char>(t[0])] = static_cast<TokenId>(i);
   }
-  return finish_build(std::move(m), {}, std::move(merges), ignore_merges, threads);
+  return finish_build(std::move(m), {}, std::move(merges), ignore_merges, threads, merged);
 }
 
 Result<BpeModel> BpeModel::finish_build(BpeModel m, const std::vector<bool>& shadowed,
                                         std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
-                                        int threads) {
+                                        int threads, const std::vector<TokenId>& merged) {
   m.ignore_merges_ = ignore_merges;
   const auto n = static_cast<TokenId>(m.tokens_.size());
   const std::size_t n_merges = merges.size();
@@ -113,6 +115,16 @@ Result<BpeModel> BpeModel::finish_build(BpeModel m, const std::vector<bool>& sha
         first_bad[part] = r;
         errors[part] = make_error(Errc::parse, "merge {}: token id out of range", r + 1);
         return;
+      }
+      if (!merged.empty()) {  // (found and checked by the loader)
+        if (merged[r] < 0 || merged[r] >= n) {
+          first_bad[part] = r;
+          errors[part] = make_error(Errc::parse, "merge {}: merged token id out of range", r + 1);
+          return;
+        }
+        keys[r] = pair_key(a, b);
+        infos[r] = MergeInfo{static_cast<std::uint32_t>(r), merged[r]};
+        continue;
       }
       const std::string& ta = m.tokens_[static_cast<std::size_t>(a)];
       const std::string& tb = m.tokens_[static_cast<std::size_t>(b)];

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <unordered_map>
@@ -303,9 +304,14 @@ std::optional<std::pair<std::string_view, std::string_view>> split_merge(std::st
 // `threads` threads; the error is the first bad merge in file order. `ids` maps the
 // vocabulary's text, or with `by_bytes` its bytes (Vocab::byte_ids): each token's text
 // is then looked up as the bytes it stands for, and a text that stands for no bytes is
-// no token.
+// no token. With `by_bytes`, `merged` gets the token each merge makes (for
+// BpeModel::build_indexed), found while the two tokens' bytes are at hand: vocabularies
+// list merged tokens in merge order, so the token after the previous merge's, then that
+// one, are tried first, then the index.
 Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std::pair<TokenId, TokenId>>& pairs,
-                    int threads = 1, bool by_bytes = false) {
+                    int threads = 1, bool by_bytes = false, const std::vector<std::string>* tokens = nullptr,
+                    std::vector<TokenId>* merged = nullptr) {
+  if (merged) merged->assign(merges.size(), -1);
   const std::size_t n = merges.size();
   pairs.assign(n, {-1, -1});
   auto parts = static_cast<std::size_t>(threads < 1 ? 1 : threads);
@@ -327,6 +333,14 @@ Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std:
   };
   parallel_ranges(n, threads, [&](std::size_t b, std::size_t e, std::size_t part) {
     auto blocks = std::make_unique<Block[]>(2);
+    TokenId prev = -1;  // the token the previous merge made
+    std::string joined;
+    auto makes = [&](TokenId g, std::string_view x, std::string_view y) {
+      if (g < 0 || static_cast<std::size_t>(g) >= tokens->size()) return false;
+      const std::string& t = (*tokens)[static_cast<std::size_t>(g)];
+      return t.size() == x.size() + y.size() && std::memcmp(t.data(), x.data(), x.size()) == 0 &&
+             std::memcmp(t.data() + x.size(), y.data(), y.size()) == 0;
+    };
     // Split merges [r0, min(e, r0 + kBlock)) and prefetch their slots; a merge that does
     // not split ends the block there (split_bad).
     auto prepare = [&](Block& k, std::size_t r0) {
@@ -378,6 +392,26 @@ Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std:
           return;
         }
         pairs[r] = {ia, ib};
+        if (merged) {
+          std::string_view x = k.key[i], y = k.key[i + 1];
+          TokenId id = prev + 1;
+          if (!makes(id, x, y)) {
+            id = prev;  // several merges making one token (vocabularies converted from tiktoken)
+            if (!makes(id, x, y)) {
+              joined.assign(x);
+              joined += y;
+              id = ids.find(joined);
+            }
+          }
+          if (id < 0) {
+            first_bad[part] = r;
+            errors[part] = make_error(Errc::parse, "{}: merge {}: merged token is not in the vocabulary",
+                                      merges[r].where(), r + 1);
+            return;
+          }
+          (*merged)[r] = id;
+          prev = id;
+        }
       }
       if (k.split_bad < n) {
         first_bad[part] = k.split_bad;
@@ -541,15 +575,17 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
 
   json::Value merges = model.get("merges");
   std::vector<std::pair<TokenId, TokenId>> pairs;
+  std::vector<TokenId> merged;  // (by_bytes: the token each merge makes)
   if (merges.valid() && !merges.is_null()) {
     if (!merges.is_array()) return make_error(Errc::parse, "{}: model.merges must be an array", merges.where());
-    LMP_TRY(parse_merges(merges, v.by_bytes ? v.byte_ids : v.text_ids, pairs, threads, v.by_bytes));
+    if (v.by_bytes) LMP_TRY(parse_merges(merges, v.byte_ids, pairs, threads, true, &v.tokens, &merged));
+    else LMP_TRY(parse_merges(merges, v.text_ids, pairs, threads));
   }
   json::Value im = model.get("ignore_merges");
   bool ignore_merges = im.is_bool() && im.boolean();
   std::size_t n_merges = pairs.size();
   auto built = v.by_bytes ? BpeModel::build_indexed(std::move(v.tokens), std::move(v.byte_ids), std::move(pairs),
-                                                     ignore_merges, threads)
+                                                     ignore_merges, threads, std::move(merged))
                           : BpeModel::build(std::move(v.tokens), std::move(pairs), ignore_merges, threads);
   if (!built.ok())
     return locate_merge_error(std::move(built).error(), n_merges, [&](std::size_t i) { return merges[i].where(); });

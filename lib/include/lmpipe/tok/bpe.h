@@ -52,9 +52,11 @@ class BpeModel final : public Model {
   // build() with the bytes → id index already made (by a loader that needed it first):
   // `ids` maps the bytes of every non-empty token to its id, as views into the strings
   // of `tokens` (which move with the vector), and no two tokens have the same bytes.
+  // `merged[r]`, when given (as long as `merges`), is the token merge r makes, already
+  // checked to be the concatenation of its two tokens.
   static Result<BpeModel> build_indexed(std::vector<std::string> tokens, StringIdMap ids,
                                         std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
-                                        int threads = 1);
+                                        int threads = 1, std::vector<TokenId> merged = {});
   static Result<BpeModel> build_from_ranks(std::vector<std::string> tokens);
   // SentencePiece-style BPE in HF's form (Mistral, Llama 2 converted): the symbols are
   // characters, not bytes; a character not in the vocabulary becomes its <0xXX> byte
@@ -94,7 +96,7 @@ class BpeModel final : public Model {
   // build()'s second half: the merge table, once tokens_ and ids_ are set.
   static Result<BpeModel> finish_build(BpeModel m, const std::vector<bool>& shadowed,
                                        std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
-                                       int threads);
+                                       int threads, const std::vector<TokenId>& merged = {});
   // The pieces that encode_segmented cuts: at least this long, with a byte >= 0xE0.
   static constexpr std::size_t kSegmentFrom = 7;
   void encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
