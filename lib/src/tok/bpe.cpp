@@ -105,10 +105,7 @@ Result<BpeModel> BpeModel::finish_build(BpeModel m, const std::vector<bool>& sha
   } join{trie};
   parallel_ranges(n_merges, threads, [&](std::size_t begin, std::size_t end, std::size_t part) {
     std::string joined;
-    // Vocabularies usually list merged tokens in merge order, so the token after the
-    // previous merge's, then that one, are checked first (by content, so the result is
-    // the same as a lookup): a sequential read instead of a random probe of the index.
-    TokenId prev = -1;
+    TokenId prev = -1;  // the token the previous merge made
     for (std::size_t r = begin; r < end; ++r) {
       auto [a, b] = merges[r];
       if (a < 0 || b < 0 || a >= n || b >= n) {
@@ -126,21 +123,8 @@ Result<BpeModel> BpeModel::finish_build(BpeModel m, const std::vector<bool>& sha
         infos[r] = MergeInfo{static_cast<std::uint32_t>(r), merged[r]};
         continue;
       }
-      const std::string& ta = m.tokens_[static_cast<std::size_t>(a)];
-      const std::string& tb = m.tokens_[static_cast<std::size_t>(b)];
-      auto matches = [&](TokenId g) {
-        return g >= 0 && g < n && (shadowed.empty() || !shadowed[static_cast<std::size_t>(g)]) &&
-               is_concat(m.tokens_[static_cast<std::size_t>(g)], ta, tb);
-      };
-      TokenId id = prev + 1;
-      if (!matches(id)) {
-        id = prev;  // several merges making one token (vocabularies converted from tiktoken)
-        if (!matches(id)) {
-          joined = ta;
-          joined += tb;
-          id = m.find(joined);
-        }
-      }
+      TokenId id = merged_token(m.tokens_, m.ids_, shadowed, prev, m.tokens_[static_cast<std::size_t>(a)],
+                                m.tokens_[static_cast<std::size_t>(b)], joined);
       if (id < 0) {
         first_bad[part] = r;
         errors[part] = make_error(Errc::parse, "merge {}: merged token is not in the vocabulary", r + 1);
@@ -158,6 +142,21 @@ Result<BpeModel> BpeModel::finish_build(BpeModel m, const std::vector<bool>& sha
   if (trie.joinable()) trie.join();  // (before m moves out)
   if (trie_error) std::rethrow_exception(trie_error);
   return m;
+}
+
+TokenId BpeModel::merged_token(const std::vector<std::string>& tokens, const StringIdMap& ids,
+                               const std::vector<bool>& shadowed, TokenId prev, std::string_view a,
+                               std::string_view b, std::string& joined) {
+  auto matches = [&](TokenId g) {
+    return g >= 0 && static_cast<std::size_t>(g) < tokens.size() &&
+           (shadowed.empty() || !shadowed[static_cast<std::size_t>(g)]) &&
+           is_concat(tokens[static_cast<std::size_t>(g)], a, b);
+  };
+  if (matches(prev + 1)) return prev + 1;
+  if (matches(prev)) return prev;
+  joined.assign(a);
+  joined += b;
+  return ids.find(joined);
 }
 
 Result<BpeModel> BpeModel::build_from_ranks(std::vector<std::string> tokens) {

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <optional>
 #include <unordered_map>
@@ -305,9 +304,8 @@ std::optional<std::pair<std::string_view, std::string_view>> split_merge(std::st
 // vocabulary's text, or with `by_bytes` its bytes (Vocab::byte_ids): each token's text
 // is then looked up as the bytes it stands for, and a text that stands for no bytes is
 // no token. With `by_bytes`, `merged` gets the token each merge makes (for
-// BpeModel::build_indexed), found while the two tokens' bytes are at hand: vocabularies
-// list merged tokens in merge order, so the token after the previous merge's, then that
-// one, are tried first, then the index.
+// BpeModel::build_indexed), found while the two tokens' bytes are at hand
+// (BpeModel::merged_token).
 Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std::pair<TokenId, TokenId>>& pairs,
                     int threads = 1, bool by_bytes = false, const std::vector<std::string>* tokens = nullptr,
                     std::vector<TokenId>* merged = nullptr) {
@@ -336,12 +334,7 @@ Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std:
     auto blocks = std::make_unique<Block[]>(2);
     TokenId prev = -1;  // the token the previous merge made
     std::string joined;
-    auto makes = [&](TokenId g, std::string_view x, std::string_view y) {
-      if (g < 0 || static_cast<std::size_t>(g) >= tokens->size()) return false;
-      const std::string& t = (*tokens)[static_cast<std::size_t>(g)];
-      return t.size() == x.size() + y.size() && std::memcmp(t.data(), x.data(), x.size()) == 0 &&
-             std::memcmp(t.data() + x.size(), y.data(), y.size()) == 0;
-    };
+    const std::vector<bool> none_shadowed;  // (a bytes index has no two tokens alike)
     // Split merges [r0, min(e, r0 + kBlock)) and prefetch their slots; a merge that does
     // not split ends the block there (split_bad).
     auto prepare = [&](Block& k, std::size_t r0) {
@@ -394,16 +387,7 @@ Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std:
         }
         pairs[r] = {ia, ib};
         if (merged) {
-          std::string_view x = k.key[i], y = k.key[i + 1];
-          TokenId id = prev + 1;
-          if (!makes(id, x, y)) {
-            id = prev;  // several merges making one token (vocabularies converted from tiktoken)
-            if (!makes(id, x, y)) {
-              joined.assign(x);
-              joined += y;
-              id = ids.find(joined);
-            }
-          }
+          TokenId id = BpeModel::merged_token(*tokens, ids, none_shadowed, prev, k.key[i], k.key[i + 1], joined);
           if (id < 0) {
             first_bad[part] = r;
             errors[part] = make_error(Errc::parse, "{}: merge {}: merged token is not in the vocabulary",

@@ -58,6 +58,15 @@ class BpeModel final : public Model {
                                         std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
                                         int threads = 1, std::vector<TokenId> merged = {});
   static Result<BpeModel> build_from_ranks(std::vector<std::string> tokens);
+  // The token whose bytes are a then b, or -1: vocabularies list merged tokens in merge
+  // order, so the token after `prev` (the previous merge's), then `prev` itself (several
+  // merges making one token, as in vocabularies converted from tiktoken), are checked
+  // first by content (the same answer as a lookup, but a sequential read instead of a
+  // random probe), then `ids`. Ids marked in `shadowed` (when not empty) are never the
+  // answer. `joined` is scratch.
+  static TokenId merged_token(const std::vector<std::string>& tokens, const StringIdMap& ids,
+                              const std::vector<bool>& shadowed, TokenId prev, std::string_view a,
+                              std::string_view b, std::string& joined);
   // SentencePiece-style BPE in HF's form (Mistral, Llama 2 converted): the symbols are
   // characters, not bytes; a character not in the vocabulary becomes its <0xXX> byte
   // tokens (byte_fallback) or the unknown token (runs fused into one with fuse_unk).
