@@ -569,11 +569,19 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
   json::Value im = model.get("ignore_merges");
   bool ignore_merges = im.is_bool() && im.boolean();
   std::size_t n_merges = pairs.size();
-  auto built = v.by_bytes ? BpeModel::build_indexed(std::move(v.tokens), std::move(v.byte_ids), std::move(pairs),
-                                                     ignore_merges, threads, std::move(merged))
-                          : BpeModel::build(std::move(v.tokens), std::move(pairs), ignore_merges, threads);
-  if (!built.ok())
-    return locate_merge_error(std::move(built).error(), n_merges, [&](std::size_t i) { return merges[i].where(); });
+  Result<BpeModel> built = Error{};
+  if (v.by_bytes) {
+    // Nothing below reads the document (the merges were checked as they were resolved):
+    // its pages (12 MB for Llama-3) go back before the merge table takes fresh ones.
+    doc.reset();
+    LMP_ASSIGN(BpeModel bpe, BpeModel::build_indexed(std::move(v.tokens), std::move(v.byte_ids), std::move(pairs),
+                                                     ignore_merges, threads, std::move(merged)));
+    built = std::move(bpe);
+  } else {
+    built = BpeModel::build(std::move(v.tokens), std::move(pairs), ignore_merges, threads);
+    if (!built.ok())
+      return locate_merge_error(std::move(built).error(), n_merges, [&](std::size_t i) { return merges[i].where(); });
+  }
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
   return std::make_unique<Tokenizer>(std::move(built).value(), std::move(spec.pre), norm,
                                      spec.prefix_space, std::move(added), std::move(info));
