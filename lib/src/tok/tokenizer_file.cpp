@@ -301,15 +301,16 @@ std::optional<std::pair<std::string_view, std::string_view>> split_merge(std::st
 
 // model.merges ("a b" strings or ["a", "b"] pairs) as pairs of ids, in order, on
 // `threads` threads; the error is the first bad merge in file order. `ids` maps the
-// vocabulary's text, or with `by_bytes` its bytes (Vocab::byte_ids): each token's text
-// is then looked up as the bytes it stands for, and a text that stands for no bytes is
-// no token. With `by_bytes`, `merged` gets the token each merge makes (for
-// BpeModel::build_indexed), found while the two tokens' bytes are at hand
-// (BpeModel::merged_token).
+// vocabulary's text; or, when the tokens' bytes are given (`tokens`, `merged`), their
+// bytes (Vocab::byte_ids): each token's text is then looked up as the bytes it stands
+// for, a text that stands for no bytes is no token, and `merged` gets the token each
+// merge makes (for BpeModel::build_indexed), found while the two tokens' bytes are at
+// hand (BpeModel::merged_token).
 Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std::pair<TokenId, TokenId>>& pairs,
-                    int threads = 1, bool by_bytes = false, const std::vector<std::string>* tokens = nullptr,
+                    int threads = 1, const std::vector<std::string>* tokens = nullptr,
                     std::vector<TokenId>* merged = nullptr) {
-  if (merged) merged->assign(merges.size(), -1);
+  const bool by_bytes = tokens != nullptr && merged != nullptr;
+  if (by_bytes) merged->assign(merges.size(), -1);
   const std::size_t n = merges.size();
   pairs.assign(n, {-1, -1});
   auto parts = static_cast<std::size_t>(threads < 1 ? 1 : threads);
@@ -386,7 +387,7 @@ Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std:
           return;
         }
         pairs[r] = {ia, ib};
-        if (merged) {
+        if (by_bytes) {
           TokenId id = BpeModel::merged_token(*tokens, ids, none_shadowed, prev, k.key[i], k.key[i + 1], joined);
           if (id < 0) {
             first_bad[part] = r;
@@ -563,24 +564,22 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
   std::vector<TokenId> merged;  // (by_bytes: the token each merge makes)
   if (merges.valid() && !merges.is_null()) {
     if (!merges.is_array()) return make_error(Errc::parse, "{}: model.merges must be an array", merges.where());
-    if (v.by_bytes) LMP_TRY(parse_merges(merges, v.byte_ids, pairs, threads, true, &v.tokens, &merged));
+    if (v.by_bytes) LMP_TRY(parse_merges(merges, v.byte_ids, pairs, threads, &v.tokens, &merged));
     else LMP_TRY(parse_merges(merges, v.text_ids, pairs, threads));
   }
   json::Value im = model.get("ignore_merges");
   bool ignore_merges = im.is_bool() && im.boolean();
   std::size_t n_merges = pairs.size();
-  Result<BpeModel> built = Error{};
-  if (v.by_bytes) {
-    // Nothing below reads the document (the merges were checked as they were resolved):
-    // its pages (12 MB for Llama-3) go back before the merge table takes fresh ones.
-    doc.reset();
-    LMP_ASSIGN(BpeModel bpe, BpeModel::build_indexed(std::move(v.tokens), std::move(v.byte_ids), std::move(pairs),
-                                                     ignore_merges, threads, std::move(merged)));
-    built = std::move(bpe);
-  } else {
-    built = BpeModel::build(std::move(v.tokens), std::move(pairs), ignore_merges, threads);
-    if (!built.ok())
-      return locate_merge_error(std::move(built).error(), n_merges, [&](std::size_t i) { return merges[i].where(); });
+  // With the bytes index nothing below reads the document (the merges were checked as
+  // they were resolved): its pages (12 MB for Llama-3) go back before the merge table
+  // takes fresh ones.
+  if (v.by_bytes) doc.reset();
+  auto built = v.by_bytes ? BpeModel::build_indexed(std::move(v.tokens), std::move(v.byte_ids), std::move(pairs),
+                                                     ignore_merges, threads, std::move(merged))
+                          : BpeModel::build(std::move(v.tokens), std::move(pairs), ignore_merges, threads);
+  if (!built.ok()) {
+    if (v.by_bytes) return std::move(built).error();  // (the document is gone: no place to name)
+    return locate_merge_error(std::move(built).error(), n_merges, [&](std::size_t i) { return merges[i].where(); });
   }
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
   return std::make_unique<Tokenizer>(std::move(built).value(), std::move(spec.pre), norm,
