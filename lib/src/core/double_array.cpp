@@ -4,8 +4,39 @@
 
 namespace lmp {
 
+namespace {
+// Bytes [from, from + 8) of s, big-endian, zero-padded: they order as the bytes do, and
+// a key that is a prefix of another sorts first, as in std::string_view's order, on
+// ties broken by the full compare.
+std::uint64_t order_word(std::string_view s, std::size_t from) {
+  std::uint64_t v = 0;
+  for (std::size_t i = from; i < from + 8; ++i)
+    v = (v << 8) | (i < s.size() ? static_cast<unsigned char>(s[i]) : 0u);
+  return v;
+}
+}  // namespace
+
 void DoubleArray::build(std::vector<std::pair<std::string_view, std::int32_t>> keys) {
-  std::sort(keys.begin(), keys.end());
+  {
+    // Sorted by their first 16 bytes as integers, the rest compared only on a tie: two
+    // integer compares instead of a call to memcmp (Llama-3's 100k non-ASCII tokens: the
+    // sort was half of building the trie).
+    struct Ref {
+      std::uint64_t w0, w1;
+      std::uint32_t i;
+    };
+    std::vector<Ref> refs(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      refs[i] = Ref{order_word(keys[i].first, 0), order_word(keys[i].first, 8), static_cast<std::uint32_t>(i)};
+    std::sort(refs.begin(), refs.end(), [&](const Ref& a, const Ref& b) {
+      if (a.w0 != b.w0) return a.w0 < b.w0;
+      if (a.w1 != b.w1) return a.w1 < b.w1;
+      return keys[a.i] < keys[b.i];
+    });
+    std::vector<std::pair<std::string_view, std::int32_t>> sorted(keys.size());
+    for (std::size_t i = 0; i < refs.size(); ++i) sorted[i] = keys[refs[i].i];
+    keys.swap(sorted);
+  }
   nodes_.assign(1, Node{0, -2, -1});  // the root is its own, never a child
   auto grow = [&](std::size_t n) {
     if (n > nodes_.size()) nodes_.resize(n);

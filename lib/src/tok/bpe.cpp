@@ -64,6 +64,7 @@ Result<BpeModel> BpeModel::build_indexed(std::vector<std::string> tokens, String
   BpeModel m;
   m.tokens_ = std::move(tokens);
   m.ids_ = std::move(ids);
+  m.distinct_ = true;
   m.byte_ids_.fill(-1);
   m.max_token_bytes_ = 0;
   for (std::size_t i = 0; i < m.tokens_.size(); ++i) {
@@ -302,9 +303,10 @@ const DoubleArray& BpeModel::span_trie() const {
     std::vector<std::pair<std::string_view, std::int32_t>> keys;
     for (std::size_t i = 0; i < tokens_.size(); ++i) {
       std::string_view t = tokens_[i];
-      bool wide = false;
-      for (char c : t) wide = wide || static_cast<unsigned char>(c) >= 0x80;
-      if (wide && ids_.find(t) == static_cast<TokenId>(i)) keys.emplace_back(t, static_cast<std::int32_t>(i));
+      std::uint64_t high = 0;  // (8 bytes at a time)
+      for (std::size_t k = 0; k < t.size(); k += 8) high |= load_upto8(t.data() + k, std::min<std::size_t>(8, t.size() - k));
+      if ((high & 0x8080808080808080ULL) != 0 && (distinct_ || ids_.find(t) == static_cast<TokenId>(i)))
+        keys.emplace_back(t, static_cast<std::int32_t>(i));
     }
     span_->trie.build(std::move(keys));
   });

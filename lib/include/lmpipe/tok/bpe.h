@@ -144,6 +144,7 @@ class BpeModel final : public Model {
   std::size_t max_token_bytes_ = 0;                       // longest token
   bool ignore_merges_ = false;
   bool from_ranks_ = false;
+  bool distinct_ = false;  // no two tokens have the same bytes (build_indexed): none is shadowed
   bool char_level_ = false, byte_fallback_ = false, fuse_unk_ = false;
   TokenId unk_id_ = -1;
   std::array<TokenId, 256> fallback_ids_{};               // <0xXX> tokens
