@@ -96,3 +96,79 @@ TEST_CASE("json whitespace runs and strings of every length around the 16-byte s
       CHECK_FALSE(cut.ok());
     }
 }
+
+TEST_CASE("json raw values: kept as text at their path, elements counted and marked", "[core][json]") {
+  json::ParseOptions raw{{"model", "merges"}};
+  std::string text = R"({"merges": [1], "model": {"x": {"merges": [2]}, "merges": [ "a b" , ["c", "d\"]"], {"e": [1]}, [] ], "y": 3}})";
+  auto d = json::Document::parse(text, "t.json", raw);
+  REQUIRE(d.ok());
+  auto root = d.value()->root();
+  CHECK(root.get("merges").is_array());  // (not on the path)
+  CHECK(root.get("model").get("x").get("merges").is_array());
+  CHECK(root.get("model").get("y").integer() == 3);
+  json::Value m = root.get("model").get("merges");
+  REQUIRE(m.is_raw());
+  const json::RawValue* r = m.raw();
+  REQUIRE(r != nullptr);
+  CHECK(r->array);
+  CHECK(r->count == 4);
+  CHECK(text.substr(r->begin, r->end - r->begin) == R"([ "a b" , ["c", "d\"]"], {"e": [1]}, [] ])");
+  REQUIRE(r->marks.size() == 1);
+  CHECK(r->marks[0] == text.find("\"a b\""));
+  // The cursor reads it in place; escapes are decoded into the caller's buffer.
+  json::Cursor c(*d.value(), r->marks[0], r->end);
+  std::string buf;
+  std::string_view s;
+  REQUIRE(c.string(s, buf).ok());
+  CHECK(s == "a b");
+  CHECK(c.eat(','));
+  CHECK(c.eat('['));
+  REQUIRE(c.string(s, buf).ok());
+  CHECK(s == "c");
+  CHECK(c.eat(','));
+  REQUIRE(c.string(s, buf).ok());
+  CHECK(s == "d\"]");
+  CHECK(c.eat(']'));
+  CHECK_FALSE(c.eat(']'));
+  CHECK(c.eat(','));
+  auto e = c.string(s, buf);
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message.find("t.json:1:") == 0);
+  // A scalar at the path stays a node; an empty array has no elements.
+  auto d2 = json::Document::parse(R"({"model": {"merges": null}})", "t", raw);
+  REQUIRE(d2.ok());
+  CHECK(d2.value()->root().get("model").get("merges").is_null());
+  auto d3 = json::Document::parse(R"({"model": {"merges": [ ]}})", "t", raw);
+  REQUIRE(d3.ok());
+  CHECK(d3.value()->root().get("model").get("merges").raw()->count == 0);
+}
+
+TEST_CASE("json raw values: a mark every 1024 elements; their ends found or the fault located", "[core][json]") {
+  json::ParseOptions raw{{"m"}};
+  std::string text = "{\"m\": [";
+  std::vector<std::size_t> starts;
+  for (int i = 0; i < 3000; ++i) {
+    if (i) text += i % 7 == 0 ? ",\n  " : ",";
+    starts.push_back(text.size());
+    text += i % 3 == 0 ? "\"x\\\"]\"" : i % 3 == 1 ? "[\"a\", [\"b\"]]" : "{\"k\": \"}\"}";
+  }
+  text += "]}";
+  auto d = json::Document::parse(text, "t", raw);
+  REQUIRE(d.ok());
+  const json::RawValue* r = d.value()->root().get("m").raw();
+  REQUIRE(r != nullptr);
+  CHECK(r->count == 3000);
+  REQUIRE(r->marks.size() == 3);
+  for (std::size_t k = 0; k < 3; ++k) CHECK(r->marks[k] == starts[k * json::RawValue::kMarkEvery]);
+  struct Bad {
+    std::string text, what;
+  };
+  for (const Bad& b : {Bad{"{\"m\": [\"a\", [\"b\"]", "unterminated array"}, Bad{"{\"m\": [\"a\", [\"b\"}]}", "unexpected '}'"},
+                       Bad{"{\"m\": [\"a\n\"]}", "control character in string"}, Bad{"{\"m\": [\"a\\x\"]}", "invalid escape"},
+                       Bad{"{\"m\": [\"a]}", "unterminated string"}}) {
+    auto e = json::Document::parse(b.text, "t", raw);
+    REQUIRE_FALSE(e.ok());
+    INFO(e.error().message);
+    CHECK(e.error().message.find(b.what) != std::string::npos);
+  }
+}

@@ -2,7 +2,9 @@
 
 #include <random>
 
+#include "lmpipe/core/json.h"
 #include "lmpipe/tok/bpe_trainer.h"
+#include "lmpipe/tok/byte_level.h"
 #include "lmpipe/tok/tokenizer.h"
 
 using namespace lmp;
@@ -275,4 +277,142 @@ TEST_CASE("SentencePiece-style tokenizer.json: byte fallback and fused unknowns"
   CHECK(ids(*fused, "axyzb") == std::vector<TokenId>{5, 0, 4});  // one <unk> for "xyz"
   auto unfused = make(false, false);
   CHECK(ids(*unfused, "axyzb") == std::vector<TokenId>{5, 0, 0, 0, 4});
+}
+
+// model.merges is read raw, in shares of whole 1024-merge marks per thread: a vocabulary
+// of 4,400 merges, written compact, pretty and as pairs, with escaped tokens ('"', '\')
+// and tokens too long for the one-pass path, loads as one tokenizer on 1-4 threads; a
+// bad merge is named and located to its line and column, the first in file order.
+namespace {
+struct SynthJson {
+  std::vector<std::string> vocab;                        // byte-level text, by id
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::string write(int style) const {  // 0 compact "a b", 1 pretty "a b", 2 pretty pairs
+    std::string j = "{\"model\":{\"type\":\"BPE\",\"vocab\":{";
+    for (std::size_t i = 0; i < vocab.size(); ++i) {
+      if (i) j += ',';
+      json::append_string(j, vocab[i]);
+      j += ':' + std::to_string(i);
+    }
+    j += "},\"merges\":[";
+    for (std::size_t r = 0; r < merges.size(); ++r) {
+      if (r) j += ',';
+      if (style > 0) j += "\n      ";
+      if (style == 2) {
+        j += "[\n        ";
+        json::append_string(j, merges[r].first);
+        j += ",\n        ";
+        json::append_string(j, merges[r].second);
+        j += "\n      ]";
+      } else {
+        json::append_string(j, merges[r].first + " " + merges[r].second);
+      }
+    }
+    j += style > 0 ? "\n    ]" : "]";
+    j += "},\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true},"
+         "\"decoder\":{\"type\":\"ByteLevel\"}}";
+    return j;
+  }
+};
+
+SynthJson synth_json() {
+  SynthJson s;
+  std::string bytes = "\"\\ \xE4";
+  for (char c = 'a'; c <= 'z'; ++c) bytes += c;
+  for (char c = 'A'; c <= 'Z'; ++c) bytes += c;
+  for (char c = '0'; c <= '9'; ++c) bytes += c;
+  for (char b : bytes) s.vocab.push_back(bytes_to_byte_level(std::string(1, b)));
+  std::size_t n = s.vocab.size();
+  for (std::size_t x = 0; x < n; ++x)
+    for (std::size_t y = 0; y < n; ++y) {
+      s.merges.emplace_back(s.vocab[x], s.vocab[y]);
+      s.vocab.push_back(s.vocab[x] + s.vocab[y]);
+    }
+  std::string t = "aa";  // then "aaaa", ... 128 a's: past the one-pass path's 48 bytes
+  while (t.size() < 128) {
+    s.merges.emplace_back(t, t);
+    t += t;
+    s.vocab.push_back(t);
+  }
+  return s;
+}
+
+// "name:line:col" of byte `at` of `text`.
+std::string place(const std::string& name, const std::string& text, std::size_t at) {
+  std::size_t line = 1, col = 1;
+  for (std::size_t i = 0; i < at; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+      ++col;
+    }
+  }
+  return name + ":" + std::to_string(line) + ":" + std::to_string(col);
+}
+
+// The offset of merge r (0-based) in a style-1 file.
+std::size_t merge_at(const std::string& j, std::size_t r) {
+  std::size_t at = j.find("\"merges\":[");
+  for (std::size_t k = 0; k <= r; ++k) at = j.find("\n      ", at + 1);
+  return at + 7;
+}
+}  // namespace
+
+TEST_CASE("tokenizer.json merges: read raw on 1-4 threads, in every form, errors located", "[tok][threads]") {
+  const SynthJson s = synth_json();
+  REQUIRE(s.merges.size() > 4 * 1024);
+  auto ref = load_tokenizer_json(s.write(0), "c.json", 1);
+  REQUIRE(ref.ok());
+  const std::string written = to_tokenizer_json(*ref.value());
+  std::mt19937 rng(23);
+  std::vector<std::string> texts;
+  const std::string alphabet = "\"\\ \xE4" "abcxyzABCXYZ019";
+  for (int k = 0; k < 100; ++k) {
+    std::string t;
+    for (std::size_t i = rng() % 200; i > 0; --i) t += rng() % 4 == 0 ? 'a' : alphabet[rng() % alphabet.size()];
+    texts.push_back(t);
+  }
+  for (int style = 0; style < 3; ++style)
+    for (int threads = 1; threads <= 4; ++threads) {
+      INFO("style " << style << ", " << threads << " threads");
+      auto t = load_tokenizer_json(s.write(style), "s.json", threads);
+      REQUIRE(t.ok());
+      CHECK(to_tokenizer_json(*t.value()) == written);
+      for (const auto& text : texts) REQUIRE(encode(*t.value(), text) == encode(*ref.value(), text));
+    }
+  CHECK(encode(*ref.value(), std::string(128, 'a')).size() == 1);
+
+  // Errors: the first in file order, at its place, on any number of threads.
+  const std::string good = s.write(1);
+  struct Case {
+    std::size_t r;             // the merge broken
+    std::string with, what;    // its new text; what the error says
+  };
+  for (const Case& c : {Case{1500, "\"a nosuch\"", "merge 1501: token \"nosuch\" is not in the vocabulary"},
+                        Case{2600, "\"a b\" \"c d\"", "expected ',' or ']'"},
+                        Case{3999, "17", "merge 4000 must be \"a b\" or [\"a\", \"b\"]"},
+                        Case{4100, "[\"a\", \"b\", \"c\"]", "merge 4101 must be"},
+                        Case{4200, "\"a\\u00\"", "invalid \\u escape"}}) {
+    std::string bad = good;
+    std::size_t at = merge_at(bad, c.r);
+    std::size_t len = bad.find(',', at) - at;
+    bad.replace(at, len, c.with);
+    // A later error too, in another thread's share: the earlier one is reported.
+    std::size_t later = merge_at(bad, s.merges.size() - 2);
+    bad.replace(later, bad.find(',', later) - later, "\"b nosuch2\"");
+    for (int threads = 1; threads <= 4; ++threads) {
+      auto e = load_tokenizer_json(bad, "b.json", threads);
+      REQUIRE_FALSE(e.ok());
+      INFO(threads << " threads: " << e.error().message);
+      CHECK(e.error().message.find(c.what) != std::string::npos);
+      if (c.r != 2600 && c.r != 4200) CHECK(e.error().message.find(place("b.json", bad, at) + ": ") == 0);
+    }
+  }
+  // A trailing comma: one merge more, which is not a merge.
+  std::string trailing = good;
+  trailing.insert(trailing.find("\n    ]"), ",");
+  auto e = load_tokenizer_json(trailing, "t.json", 2);
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().message.find("merge " + std::to_string(s.merges.size() + 1) + " must be") != std::string::npos);
 }

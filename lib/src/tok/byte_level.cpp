@@ -28,6 +28,8 @@ const Tables& tables() {
 
 std::uint32_t byte_to_unicode(unsigned char b) { return tables().to_cp[b]; }
 
+const std::int16_t* byte_level_decode_table() { return tables().from_cp.data(); }
+
 std::optional<unsigned char> unicode_to_byte(std::uint32_t cp) {
   if (cp >= 512) return std::nullopt;
   auto v = tables().from_cp[cp];

@@ -299,62 +299,206 @@ std::optional<std::pair<std::string_view, std::string_view>> split_merge(std::st
   return std::pair{s.substr(0, sp), s.substr(sp + 1)};
 }
 
-// model.merges ("a b" strings or ["a", "b"] pairs) as pairs of ids, in order, on
+// The parser keeps model.merges as raw text, read in place by MergeReader: no DOM node
+// for each of Llama-3's 280k merges, and threads read their shares in parallel.
+const json::ParseOptions kTokenizerJsonOptions{{"model", "merges"}};
+
+// Reads the elements of a raw model.merges array in order, from element `r` on.
+class MergeReader {
+ public:
+  MergeReader(const json::Document& doc, const json::RawValue& raw, std::size_t r)
+      : doc_(doc), raw_(raw), c_(doc, raw.count ? raw.marks[r / json::RawValue::kMarkEvery] : raw.end, raw.end),
+        r_(r / json::RawValue::kMarkEvery * json::RawValue::kMarkEvery) {
+    std::string sa, sb;
+    std::string_view a, b;
+    while (r_ < r && next(a, b, sa, sb).ok()) {}  // (from the mark before r)
+  }
+  // The next merge's two tokens as text: views into the source, or into `sa` and `sb`
+  // when escaped. `at` gets the merge's byte offset. A shape other than "a b" or
+  // ["a", "b"] is an error naming the merge; bad JSON, one naming the place.
+  Status next(std::string_view& a, std::string_view& b, std::string& sa, std::string& sb, std::size_t* at = nullptr) {
+    c_.skip_ws();
+    std::size_t start = c_.offset();
+    if (at) *at = start;
+    bool ok = false;
+    if (c_.peek() == '"') {
+      std::string_view s;
+      LMP_TRY(c_.string(s, sa));
+      if (auto ab = split_merge(s)) {
+        std::tie(a, b) = *ab;
+        ok = true;
+      }
+    } else if (c_.eat('[')) {
+      c_.skip_ws();
+      if (c_.peek() == '"') {
+        LMP_TRY(c_.string(a, sa));
+        if (c_.eat(',')) {
+          c_.skip_ws();
+          if (c_.peek() == '"') {
+            LMP_TRY(c_.string(b, sb));
+            ok = c_.eat(']');
+          }
+        }
+      }
+    }
+    if (!ok) return make_error(Errc::parse, "{}: merge {} must be \"a b\" or [\"a\", \"b\"]", where(start), r_ + 1);
+    ++r_;
+    bool last = r_ == raw_.count;
+    if (!c_.eat(last ? ']' : ',')) return c_.error(last ? "expected ']' after the last merge" : "expected ',' or ']'");
+    return {};
+  }
+  // next() for the usual merge of a byte-level vocabulary, "a b" free of escapes, in
+  // one pass: the merge is found, split and converted to bytes together (four passes
+  // over the text otherwise: a fifth of loading Llama-3). Each token's bytes go to
+  // out[t] (room for `room` bytes). False, with nothing read, for any other merge, for
+  // a text that stands for no bytes, and at a fault: next() reads it and says what
+  // is wrong.
+  bool next_plain_bytes(std::string_view text[2], char* out[2], std::size_t len[2], std::size_t room,
+                        std::size_t& at) {
+    static const std::int16_t* const from = byte_level_decode_table();
+    c_.skip_ws();
+    const char* s = doc_.source().data();
+    const std::size_t end = c_.end();
+    std::size_t q = c_.offset();
+    if (q >= end || s[q] != '"') return false;
+    const std::size_t open = q++;
+    std::size_t start = q, t = 0;
+    char* o = out[0];
+    char* lim = o + room;
+    for (;; ++q) {
+      if (q >= end) return false;
+      auto c = static_cast<unsigned char>(s[q]);
+      if (c - 0x21u < 0x5Eu) {  // '!'..'~': itself
+        if (c == '"') break;
+        if (c == '\\' || o == lim) return false;
+        *o++ = static_cast<char>(c);
+      } else if (c == ' ') {  // (no byte's stand-in is a space)
+        if (t == 1 || q == start) return false;
+        text[0] = std::string_view(s + start, q - start);
+        len[0] = static_cast<std::size_t>(o - out[0]);
+        t = 1;
+        o = out[1];
+        lim = o + room;
+        start = q + 1;
+      } else {  // two bytes, U+0080..U+01FF
+        if (c < 0xC2 || c > 0xC7 || q + 1 >= end || o == lim) return false;
+        auto c2 = static_cast<unsigned char>(s[q + 1]);
+        std::int16_t v = (c2 & 0xC0) == 0x80 ? from[((c & 0x1F) << 6) | (c2 & 0x3F)] : -1;
+        if (v < 0) return false;
+        *o++ = static_cast<char>(v);
+        ++q;
+      }
+    }
+    if (t != 1 || q == start) return false;
+    text[1] = std::string_view(s + start, q - start);
+    len[1] = static_cast<std::size_t>(o - out[1]);
+    bool last = r_ + 1 == raw_.count;
+    c_.seek(q + 1);
+    if (!c_.eat(last ? ']' : ',')) {
+      c_.seek(open);
+      return false;
+    }
+    at = open;
+    ++r_;
+    return true;
+  }
+  std::string where(std::size_t offset) const { return doc_.location(static_cast<std::uint32_t>(offset)); }
+
+ private:
+  const json::Document& doc_;
+  const json::RawValue& raw_;
+  json::Cursor c_;
+  std::size_t r_;
+};
+
+// "name:line:col" of merge r (0-based) of a raw merges array.
+std::string merge_where(const json::Document& doc, const json::RawValue& raw, std::size_t r) {
+  if (r >= raw.count) return doc.location(raw.begin);
+  MergeReader reader(doc, raw, r);
+  std::string sa, sb;
+  std::string_view a, b;
+  std::size_t at = raw.begin;
+  (void)reader.next(a, b, sa, sb, &at);
+  return doc.location(static_cast<std::uint32_t>(at));
+}
+
+// model.merges (raw: "a b" strings or ["a", "b"] pairs) as pairs of ids, in order, on
 // `threads` threads; the error is the first bad merge in file order. `ids` maps the
 // vocabulary's text; or, when the tokens' bytes are given (`tokens`, `merged`), their
 // bytes (Vocab::byte_ids): each token's text is then looked up as the bytes it stands
 // for, a text that stands for no bytes is no token, and `merged` gets the token each
 // merge makes (for BpeModel::build_indexed), found while the two tokens' bytes are at
 // hand (BpeModel::merged_token).
-Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std::pair<TokenId, TokenId>>& pairs,
-                    int threads = 1, const std::vector<std::string>* tokens = nullptr,
-                    std::vector<TokenId>* merged = nullptr) {
+Status parse_merges(const json::Document& doc, json::Value merges, const StringIdMap& ids,
+                    std::vector<std::pair<TokenId, TokenId>>& pairs, int threads = 1,
+                    const std::vector<std::string>* tokens = nullptr, std::vector<TokenId>* merged = nullptr) {
+  const json::RawValue* raw = merges.raw();
+  if (raw == nullptr || !raw->array) return make_error(Errc::parse, "{}: model.merges must be an array", merges.where());
   const bool by_bytes = tokens != nullptr && merged != nullptr;
-  if (by_bytes) merged->assign(merges.size(), -1);
-  const std::size_t n = merges.size();
+  const std::size_t n = raw->count;
+  if (by_bytes) merged->assign(n, -1);
   pairs.assign(n, {-1, -1});
-  auto parts = static_cast<std::size_t>(threads < 1 ? 1 : threads);
+  // Each thread takes a run of whole mark intervals (a reader starts at a mark).
+  const std::size_t n_marks = raw->marks.size();
+  auto parts = static_cast<std::size_t>(std::clamp<std::size_t>(static_cast<std::size_t>(threads < 1 ? 1 : threads), 1,
+                                                                 std::max<std::size_t>(1, n_marks)));
   std::vector<std::size_t> first_bad(parts, n);
   std::vector<Error> errors(parts);
-  // Blocks of merges, two in flight: one is split, hashed and its slots prefetched while
-  // the one before it is looked up. (A profile put a third of this function on slot loads
-  // right after their prefetches; a block later, the prefetches have had time. On this
-  // host's noise the whole load showed no measurable change either way.)
+  // Blocks of merges, two in flight: one is read, converted, hashed and its slots
+  // prefetched while the one before it is looked up. (A profile put a third of the
+  // lookups on slot loads right after their prefetches; a block later, they have had
+  // time.)
   constexpr std::size_t kBlock = 16;
   constexpr std::size_t kShort = 48;  // bytes of a short token's text, converted in place
   struct Block {
-    std::size_t r0 = 0, r1 = 0, split_bad = 0;
+    std::size_t r0 = 0, r1 = 0, read_bad = 0;
+    Error error;                       // (read_bad's)
+    std::size_t at[kBlock];            // byte offsets of the merges
     std::string_view text[2 * kBlock];
+    std::string esc[2 * kBlock];       // (an escaped text's)
     std::string_view key[2 * kBlock];  // what is looked up: the text, or its bytes
     char buf[2 * kBlock][kShort];
     std::string bytes[2 * kBlock];     // (a longer one's)
     bool valid[2 * kBlock];
     std::uint64_t hash[2 * kBlock];
   };
-  parallel_ranges(n, threads, [&](std::size_t b, std::size_t e, std::size_t part) {
+  run_parallel(parts, [&](std::size_t part) {
+    const std::size_t b = std::min(n, n_marks * part / parts * json::RawValue::kMarkEvery);
+    const std::size_t e = std::min(n, n_marks * (part + 1) / parts * json::RawValue::kMarkEvery);
+    if (b >= e) return;
+    MergeReader reader(doc, *raw, b);
     auto blocks = std::make_unique<Block[]>(2);
     TokenId prev = -1;  // the token the previous merge made
     std::string joined;
     const std::vector<bool> none_shadowed;  // (a bytes index has no two tokens alike)
-    // Split merges [r0, min(e, r0 + kBlock)) and prefetch their slots; a merge that does
-    // not split ends the block there (split_bad).
+    // Read merges [r0, min(e, r0 + kBlock)) and prefetch their slots; a merge that does
+    // not read ends the block there (read_bad).
     auto prepare = [&](Block& k, std::size_t r0) {
       k.r0 = r0;
       k.r1 = std::min(e, r0 + kBlock);
-      k.split_bad = n;
+      k.read_bad = n;
       for (std::size_t r = r0; r < k.r1; ++r) {
-        json::Value m = merges[r];
-        std::optional<std::pair<std::string_view, std::string_view>> ab;
-        if (m.is_string()) ab = split_merge(m.str());
-        else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) ab = std::pair{m[0].str(), m[1].str()};
-        if (!ab) {
-          k.split_bad = r;
+        std::size_t i = 2 * (r - r0);
+        if (by_bytes) {
+          char* out[2] = {k.buf[i], k.buf[i + 1]};
+          std::size_t len[2];
+          if (reader.next_plain_bytes(&k.text[i], out, len, kShort, k.at[r - r0])) {
+            for (std::size_t t = 0; t < 2; ++t) {
+              k.key[i + t] = std::string_view(out[t], len[t]);
+              k.valid[i + t] = true;
+              k.hash[i + t] = hash_bytes(out[t], len[t]);
+              ids.prefetch(k.hash[i + t]);
+            }
+            continue;
+          }
+        }
+        Status st = reader.next(k.text[i], k.text[i + 1], k.esc[i], k.esc[i + 1], &k.at[r - r0]);
+        if (!st.ok()) {
+          k.read_bad = r;
+          k.error = std::move(st).error();
           k.r1 = r;  // look up the ones before it: an earlier error comes first
           break;
         }
-        std::size_t i = 2 * (r - r0);
-        k.text[i] = ab->first;
-        k.text[i + 1] = ab->second;
         for (std::size_t q = i; q < i + 2; ++q) {
           k.key[q] = k.text[q];
           k.valid[q] = true;
@@ -371,10 +515,10 @@ Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std:
         }
       }
     };
-    if (b < e) prepare(blocks[0], b);
-    for (std::size_t cur = 0; b < e; cur ^= 1) {
+    prepare(blocks[0], b);
+    for (std::size_t cur = 0;; cur ^= 1) {
       Block& k = blocks[cur];
-      bool last = k.split_bad < n || k.r0 + kBlock >= e;
+      bool last = k.read_bad < n || k.r0 + kBlock >= e;
       if (!last) prepare(blocks[cur ^ 1], k.r0 + kBlock);
       for (std::size_t r = k.r0; r < k.r1; ++r) {
         std::size_t i = 2 * (r - k.r0);
@@ -382,8 +526,8 @@ Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std:
         TokenId ib = k.valid[i + 1] ? ids.find(k.key[i + 1], k.hash[i + 1]) : -1;
         if (ia < 0 || ib < 0) {
           first_bad[part] = r;
-          errors[part] = make_error(Errc::parse, "{}: merge {}: token {} is not in the vocabulary", merges[r].where(),
-                                    r + 1, quote(ia < 0 ? k.text[i] : k.text[i + 1]));
+          errors[part] = make_error(Errc::parse, "{}: merge {}: token {} is not in the vocabulary",
+                                    reader.where(k.at[r - k.r0]), r + 1, quote(ia < 0 ? k.text[i] : k.text[i + 1]));
           return;
         }
         pairs[r] = {ia, ib};
@@ -392,17 +536,16 @@ Status parse_merges(json::Value merges, const StringIdMap& ids, std::vector<std:
           if (id < 0) {
             first_bad[part] = r;
             errors[part] = make_error(Errc::parse, "{}: merge {}: merged token is not in the vocabulary",
-                                      merges[r].where(), r + 1);
+                                      reader.where(k.at[r - k.r0]), r + 1);
             return;
           }
           (*merged)[r] = id;
           prev = id;
         }
       }
-      if (k.split_bad < n) {
-        first_bad[part] = k.split_bad;
-        errors[part] = make_error(Errc::parse, "{}: merge {} must be \"a b\" or [\"a\", \"b\"]",
-                                  merges[k.split_bad].where(), k.split_bad + 1);
+      if (k.read_bad < n) {
+        first_bad[part] = k.read_bad;
+        errors[part] = std::move(k.error);
         return;
       }
       if (last) break;
@@ -440,7 +583,8 @@ bool is_metaspace_bpe(json::Value root) {
   return false;
 }
 
-Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(json::Value root, const std::string& name) {
+Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(const json::Document& doc, const std::string& name) {
+  json::Value root = doc.root();
   json::Value model = root.get("model");
   // The normalizer must be the metaspace one (anything else would silently differ).
   json::Value norm = root.get("normalizer");
@@ -478,8 +622,8 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(json::Value root, con
   LMP_TRY(check_added_ids(added, v.tokens.size(), root.get("added_tokens").where()));
   json::Value merges = model.get("merges");
   std::vector<std::pair<TokenId, TokenId>> pairs;
-  if (!merges.is_array()) return make_error(Errc::parse, "{}: model.merges must be an array", model.where());
-  LMP_TRY(parse_merges(merges, v.text_ids, pairs));
+  if (!merges.valid()) return make_error(Errc::parse, "{}: model.merges must be an array", model.where());
+  LMP_TRY(parse_merges(doc, merges, v.text_ids, pairs));
   TokenId unk = -1;
   if (model.get("unk_token").is_string()) {
     unk = v.text_ids.find(model.get("unk_token").str());
@@ -489,7 +633,8 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(json::Value root, con
   std::size_t n_merges = pairs.size();
   auto built = BpeModel::build(std::move(v.tokens), std::move(pairs), false);
   if (!built.ok())
-    return locate_merge_error(std::move(built).error(), n_merges, [&](std::size_t i) { return merges[i].where(); });
+    return locate_merge_error(std::move(built).error(), n_merges,
+                              [&](std::size_t i) { return merge_where(doc, *merges.raw(), i); });
   auto bpe = std::make_unique<BpeModel>(std::move(built).value());
   auto flag = [&](const char* k) { return model.get(k).is_bool() && model.get(k).boolean(); };
   bpe->set_char_level(unk, flag("byte_fallback"), flag("fuse_unk"));
@@ -528,7 +673,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
   if (type.empty() && model.get("merges").valid()) type = "BPE";
   if (type == "WordPiece") return load_wordpiece_json(root, name);
   if (type == "Unigram") return load_unigram_json(root, name);
-  if (type == "BPE" && is_metaspace_bpe(root)) return load_metaspace_bpe_json(root, name);
+  if (type == "BPE" && is_metaspace_bpe(root)) return load_metaspace_bpe_json(*doc, name);
   if (type != "BPE")
     return make_error(Errc::unsupported, "{}: model type '{}' is not supported (byte-level BPE and WordPiece are)",
                       model.where(), type);
@@ -563,9 +708,8 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
   std::vector<std::pair<TokenId, TokenId>> pairs;
   std::vector<TokenId> merged;  // (by_bytes: the token each merge makes)
   if (merges.valid() && !merges.is_null()) {
-    if (!merges.is_array()) return make_error(Errc::parse, "{}: model.merges must be an array", merges.where());
-    if (v.by_bytes) LMP_TRY(parse_merges(merges, v.byte_ids, pairs, threads, &v.tokens, &merged));
-    else LMP_TRY(parse_merges(merges, v.text_ids, pairs, threads));
+    if (v.by_bytes) LMP_TRY(parse_merges(*doc, merges, v.byte_ids, pairs, threads, &v.tokens, &merged));
+    else LMP_TRY(parse_merges(*doc, merges, v.text_ids, pairs, threads));
   }
   json::Value im = model.get("ignore_merges");
   bool ignore_merges = im.is_bool() && im.boolean();
@@ -579,7 +723,8 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
                           : BpeModel::build(std::move(v.tokens), std::move(pairs), ignore_merges, threads);
   if (!built.ok()) {
     if (v.by_bytes) return std::move(built).error();  // (the document is gone: no place to name)
-    return locate_merge_error(std::move(built).error(), n_merges, [&](std::size_t i) { return merges[i].where(); });
+    return locate_merge_error(std::move(built).error(), n_merges,
+                              [&](std::size_t i) { return merge_where(*doc, *merges.raw(), i); });
   }
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
   return std::make_unique<Tokenizer>(std::move(built).value(), std::move(spec.pre), norm,
@@ -588,7 +733,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text, const std::string& name, int threads) {
-  LMP_ASSIGN(auto doc, json::Document::parse(std::move(text), name));
+  LMP_ASSIGN(auto doc, json::Document::parse(std::move(text), name, kTokenizerJsonOptions));
   return load_tokenizer_doc(std::move(doc), name, threads);
 }
 
@@ -1039,7 +1184,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, const
   if (i < text.size() && text[i] == '{') {
     // A tokenizer.json has a "model"; a GPT-2 vocab.json maps tokens to ids.
     if (looks_like_tokenizer_json(text)) {
-      LMP_ASSIGN(auto doc, json::Document::parse(std::move(file), path));
+      LMP_ASSIGN(auto doc, json::Document::parse(std::move(file), path, kTokenizerJsonOptions));
       return load_tokenizer_doc(std::move(doc), path, opts.threads);
     }
     std::string dir = path.substr(0, path.size() - base.size());

@@ -21,6 +21,9 @@ std::string bytes_to_byte_level(std::string_view bytes);
 std::optional<std::string> byte_level_to_bytes(std::string_view text);
 // The same into `out` (its buffer reused); false, with `out` unspecified, on failure.
 bool byte_level_to_bytes(std::string_view text, std::string& out);
+// The byte each code point below 512 stands for, or -1 (512 entries): for loops that
+// decode byte-level text inline.
+const std::int16_t* byte_level_decode_table();
 // The same into `out`, which has room for text.size() bytes (never more are written):
 // the number of bytes, or -1 when a character is not one of the 256.
 std::ptrdiff_t byte_level_to_bytes(std::string_view text, char* out);
