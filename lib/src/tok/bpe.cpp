@@ -7,7 +7,6 @@
 #include "lmpipe/core/parallel.h"
 #include "lmpipe/text/unicode.h"
 #include <functional>
-#include <thread>
 
 namespace lmp::tok {
 
@@ -86,24 +85,6 @@ Result<BpeModel> BpeModel::finish_build(BpeModel m, const std::vector<bool>& sha
   auto parts = static_cast<std::size_t>(threads < 1 ? 1 : threads);
   std::vector<std::size_t> first_bad(parts, n_merges);
   std::vector<Error> errors(parts);
-  // With threads to spare, the trie of long non-ASCII pieces is built beside the merge
-  // table, not later on the first such piece, where every encoding thread would wait.
-  std::thread trie;
-  std::exception_ptr trie_error;  // (out of memory under --max-memory, say)
-  if (threads > 1)
-    trie = std::thread([&m, &trie_error] {
-      try {
-        m.span_trie();
-      } catch (...) {
-        trie_error = std::current_exception();
-      }
-    });
-  struct Join {
-    std::thread& t;
-    ~Join() {
-      if (t.joinable()) t.join();
-    }
-  } join{trie};
   parallel_ranges(n_merges, threads, [&](std::size_t begin, std::size_t end, std::size_t part) {
     std::string joined;
     TokenId prev = -1;  // the token the previous merge made
@@ -140,8 +121,6 @@ Result<BpeModel> BpeModel::finish_build(BpeModel m, const std::vector<bool>& sha
     if (first_bad[p] < n_merges) return errors[p];  // (the parts are in merge order)
   m.merges_.set_all(keys.data(), infos.data(), n_merges, threads);
   m.merge_list_ = std::move(merges);
-  if (trie.joinable()) trie.join();  // (before m moves out)
-  if (trie_error) std::rethrow_exception(trie_error);
   return m;
 }
 

@@ -112,7 +112,9 @@ class BpeModel final : public Model {
   void encode_segmented(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
   void encode_segment(std::string_view seg, std::vector<TokenId>& out, BpeScratch& s) const;
   // A trie of every token with a byte >= 0x80, built on first use (tokens of ASCII
-  // bytes only cannot reach past an ASCII run, so they need no trie).
+  // bytes only cannot reach past an ASCII run, so they need no trie). Not at load, even
+  // with threads to spare: Llama-3's takes ~10 ms, paid once by the first long non-ASCII
+  // piece (the other threads wait that once), and never by text without such pieces.
   struct SpanIndex {
     std::once_flag once;
     DoubleArray trie;
