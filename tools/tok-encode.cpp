@@ -30,7 +30,7 @@ struct Options {
   bool force = false, add_special = false, lowercase = false, no_lowercase = false, sample = false, zero = false;
   bool verbose = false;
   char delim = '\n';  // input records end here ('\0' with -z)
-  int threads = 1;
+  int threads = 0;  // 0: cli::default_threads(), or 1 with --sample
   std::size_t nbest = 0;
   double alpha = 0.1;
   std::uint64_t seed = 1;
@@ -300,7 +300,9 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "with --stats: print the statistics as JSON");
   app.add_option("-f,--format", o.format, "id output format: text (default) or npy (one int32 array per line)")
       ->check(CLI::IsMember({"text", "npy"}));
-  app.add_option("-j,--threads", o.threads, "threads for encoding, and for building a large tokenizer's tables (default 1)")
+  app.add_option("-j,--threads", o.threads,
+                 "threads for encoding, and for building a large tokenizer's tables (default: the number of cores; "
+                 "1 with --sample)")
       ->check(CLI::Range(1, 256));
   app.add_flag("--no-special", o.no_special, "treat special-token text in the input as ordinary text");
   app.add_flag("--skip-special", o.skip_special, "with --decode: leave special tokens out of the text");
@@ -347,6 +349,8 @@ int main(int argc, char** argv) {
       throw cli::UsageError("--decode does not combine with --pieces, --stats or --format npy");
     if (o.pieces && o.format == "npy") throw cli::UsageError("--pieces writes text; it does not combine with --format npy");
     if (o.json && !o.stats) throw cli::UsageError("--json goes with --stats");
+    if (o.sample && o.threads > 1) throw cli::UsageError("--sample draws one stream of numbers: use -j 1");
+    if (o.threads == 0) o.threads = o.sample ? 1 : cli::default_threads();
     tok::LoadOptions lo;
     lo.pre_tokenizer = o.pre_tokenizer;
     lo.threads = o.threads;
@@ -368,7 +372,6 @@ int main(int argc, char** argv) {
     if (o.nbest || o.sample) {
       if (o.nbest && o.sample) throw cli::UsageError("--nbest and --sample: one or the other");
       if (o.decode || o.stats) throw cli::UsageError("--nbest and --sample encode: not with --decode or --stats");
-      if (o.sample && o.threads != 1) throw cli::UsageError("--sample draws one stream of numbers: use -j 1");
       if (t->model().type() != tok::ModelType::sentencepiece ||
           static_cast<const tok::SentencePieceModel&>(t->model()).kind() != tok::SentencePieceModel::Kind::unigram)
         return make_error(Errc::invalid_argument, "{}: --nbest and --sample need a unigram SentencePiece model",

@@ -27,11 +27,6 @@ struct Options {
 
 constexpr std::string_view kCountsMagic = "#lmpipe-counts v1";
 
-int default_threads() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(std::min(n, 16u));
-}
-
 // Count the pre-tokens of text files, and add up count files, into `counts`.
 bool wordpiece(const Options& o) { return o.model == "wordpiece"; }
 
@@ -282,7 +277,7 @@ int main(int argc, char** argv) {
     if (count_quiet) cli::set_quiet(true);
     if (o.output.empty()) throw cli::UsageError("--output is required");
     if (o.files.empty()) o.files.push_back("-");
-    if (o.threads == 0) o.threads = default_threads();
+    if (o.threads == 0) o.threads = cli::default_threads();
     bool sp = o.model == "sp-bpe" || o.model == "unigram";
     if (sp) {
       if (count->parsed()) throw cli::UsageError("count files are for -m bpe and -m wordpiece");

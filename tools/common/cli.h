@@ -90,6 +90,9 @@ class Progress {
 // True; its reference keeps memory_guard.cpp (the counting operator new) in every tool.
 bool memory_guard_linked();
 
+// The default of a -j option: the processors this process may run on (up to 16).
+int default_threads();
+
 // Peak resident memory of this process, in bytes.
 std::uint64_t peak_rss_bytes();
 // "12.3 MB", "512 KiB"-style figures.
