@@ -366,3 +366,38 @@ TEST_CASE("a random Qwen2 model (q/k/v biases, halves RoPE): steps equal the bat
   for (std::size_t i = 0; i < seq.size(); ++i) REQUIRE(m->forward(seq[i], static_cast<int>(i), *pc, paged.data(), pool).ok());
   CHECK(paged == step);
 }
+
+// The decode step's q8_0 product is the blocks' exact integer sums, each times its two
+// scales: at row lengths that end the kernels' loops at every place (pairs of blocks and
+// a last odd one; long rows), with activations of both signs at the int8 extremes (the
+// multiply-adds take one operand unsigned: the sign handling must be exact).
+TEST_CASE("q8_0 matvec equals its integer sums at every row length", "[model][ops]") {
+  Rng r(29);
+  for (const int nb : {1, 2, 7, 8, 9, 17, 255, 256, 257, 300, 520}) {
+    const int cols = 32 * nb, rows = 3;
+    std::vector<float> W(static_cast<std::size_t>(rows * cols)), x(static_cast<std::size_t>(cols));
+    for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
+    for (auto& v : x) v = static_cast<float>(r.uniform() * 2 - 1);
+    for (int k = 0; k < cols; k += 7) x[static_cast<std::size_t>(k)] = k % 2 ? -1.0f : 1.0f;  // (±127)
+    const std::size_t rb = dtype_bytes(DType::q8_0, cols);
+    std::vector<std::byte> q(rb * rows);
+    for (int i = 0; i < rows; ++i) from_f32(DType::q8_0, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);
+    Weight w{DType::q8_0, q.data(), rows, cols, rb};
+    QuantizedVec xq;
+    quantize_activation(xq, x.data(), static_cast<std::size_t>(cols));
+    std::vector<float> got(rows);
+    matvec(got.data(), w, x.data(), &xq, 0, rows);
+    for (int i = 0; i < rows; ++i) {
+      const auto* blocks = reinterpret_cast<const BlockQ8_0*>(q.data() + static_cast<std::size_t>(i) * rb);
+      double want = 0;
+      for (int b = 0; b < nb; ++b) {
+        long sum = 0;
+        for (int k = 0; k < 32; ++k) sum += long{blocks[b].qs[k]} * long{xq.q[static_cast<std::size_t>(b * 32 + k)]};
+        want += static_cast<double>(f16_to_f32(blocks[b].d)) * static_cast<double>(xq.d[static_cast<std::size_t>(b)]) *
+                static_cast<double>(sum);
+      }
+      INFO(nb << " blocks, row " << i);
+      CHECK(static_cast<double>(got[static_cast<std::size_t>(i)]) == Approx(want).epsilon(1e-5).margin(1e-5));
+    }
+  }
+}
