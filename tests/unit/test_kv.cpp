@@ -417,10 +417,169 @@ TEST_CASE("int4-kivi: keys per channel after a full-precision window, values per
   for (int l = 0; l < 2; ++l) REQUIRE(c->append(l, 1, ks[0], vs[0]).ok());
   CHECK(c->length(1) == 41);
   CHECK(c->length(0) == 70);
-  // Not paged, no eviction.
+  // No eviction, in either layout.
+  for (Layout lay : {Layout::contiguous, Layout::paged}) {
+    cfg.layout = lay;
+    cfg.eviction = Eviction::window;
+    CHECK_THAT(make_kv_cache(cfg).error().message, Catch::Contains("does not evict"));
+  }
+}
+
+namespace {
+// Every live row of (layer, seq) as attention reads it: each block in its own formats,
+// keys times their per-channel scales.
+std::vector<float> kivi_rows_of(const KvCache& c, int layer, SeqId s) {
+  std::vector<KvBlock> bl;
+  c.blocks(layer, s, bl);
+  const int d = c.config().kv_dim;
+  std::vector<float> out, row(static_cast<std::size_t>(d));
+  for (const auto& b : bl) {
+    const RowFormat& kf = b.kfmt ? *b.kfmt : c.format();
+    const RowFormat& vf = b.vfmt ? *b.vfmt : c.format();
+    for (int r = b.begin; r < b.end; ++r) {
+      load_row(kf, row.data(), b.k + static_cast<std::size_t>(r) * kf.bytes);
+      if (b.kscale)
+        for (int i = 0; i < d; ++i) row[static_cast<std::size_t>(i)] *= f16_to_f32(b.kscale[i]);
+      out.insert(out.end(), row.begin(), row.end());
+      load_row(vf, row.data(), b.v + static_cast<std::size_t>(r) * vf.bytes);
+      out.insert(out.end(), row.begin(), row.end());
+    }
+  }
+  return out;
+}
+
+// Append one token (all layers) of random keys with outlier channels, and values.
+Status put_random(KvCache& c, SeqId s, std::mt19937& rng) {
+  const auto d = static_cast<std::size_t>(c.config().kv_dim);
+  for (int l = 0; l < c.config().n_layer; ++l) {
+    auto k = random_vec(rng, d), v = random_vec(rng, d);
+    for (std::size_t i = 0; i < d; i += 8) k[i] *= 20.0f;
+    LMP_TRY(c.append(l, s, k, v));
+  }
+  return {};
+}
+}  // namespace
+
+// The paged int4-kivi cache, its group the block: with blocks of 32 it holds exactly what
+// the contiguous one does (groups of 32) over random appends, forks, truncations (into
+// sealed groups too) and releases; forks share the sealed blocks, and nothing leaks.
+TEST_CASE("int4-kivi paged equals int4-kivi contiguous over random operations; blocks shared, freed", "[kv][paged]") {
+  KvConfig cfg;
+  cfg.n_layer = 2;
+  cfg.n_ctx = 100;
+  cfg.kv_dim = 64;
+  cfg.head_dim = 32;
+  cfg.type = KvType::int4_kivi;
+  cfg.max_seqs = 4;
+  cfg.block_size = 32;
+  auto contiguous = must(make_kv_cache(cfg));
   cfg.layout = Layout::paged;
-  CHECK_THAT(make_kv_cache(cfg).error().message, Catch::Contains("contiguous"));
-  cfg.layout = Layout::contiguous;
-  cfg.eviction = Eviction::window;
-  CHECK_FALSE(make_kv_cache(cfg).ok());
+  auto paged = must(make_kv_cache(cfg));
+  std::mt19937 rng(41), ra(7), rb(7);
+  std::uniform_int_distribution<int> pick_seq(0, cfg.max_seqs - 1), pick_op(0, 19);
+  for (int step = 0; step < 3000; ++step) {
+    const SeqId s = pick_seq(rng);
+    const int op = pick_op(rng);
+    if (op < 16) {
+      const bool room = contiguous->length(s) < cfg.n_ctx;
+      REQUIRE(put_random(*contiguous, s, ra).ok() == room);
+      REQUIRE(put_random(*paged, s, rb).ok() == room);
+    } else if (op < 18) {
+      const SeqId d = pick_seq(rng);
+      const bool can = d == s || contiguous->length(d) == 0;
+      REQUIRE(contiguous->fork(s, d).ok() == can);
+      REQUIRE(paged->fork(s, d).ok() == can);
+    } else if (op == 18) {
+      const int keep = std::uniform_int_distribution<int>(0, std::max(contiguous->length(s), 1))(rng);
+      REQUIRE(contiguous->truncate(s, keep).ok());
+      REQUIRE(paged->truncate(s, keep).ok());
+    } else {
+      contiguous->release(s);
+      paged->release(s);
+    }
+    for (SeqId q = 0; q < cfg.max_seqs; ++q) {
+      REQUIRE(contiguous->length(q) == paged->length(q));
+      for (int l = 0; l < cfg.n_layer; ++l) REQUIRE(kivi_rows_of(*contiguous, l, q) == kivi_rows_of(*paged, l, q));
+    }
+    // A block for each sealed group a sequence holds, shared ones once.
+    std::int64_t bound = 0;
+    for (SeqId q = 0; q < cfg.max_seqs; ++q) bound += paged->length(q) / cfg.block_size;
+    const KvStats ps = paged->stats();
+    REQUIRE(ps.blocks_in_use <= bound);
+    REQUIRE(ps.used <= ps.allocated);
+  }
+  for (SeqId q = 0; q < cfg.max_seqs; ++q) paged->release(q);
+  CHECK(paged->stats().blocks_in_use == 0);
+  CHECK(paged->stats().allocated == 0);
+
+  // Sharing: three continuations of a 70-token prompt hold its two sealed blocks once.
+  std::mt19937 rp(5);
+  for (int t = 0; t < 70; ++t) REQUIRE(put_random(*paged, 0, rp).ok());
+  REQUIRE(paged->fork(0, 1).ok());
+  REQUIRE(paged->fork(0, 2).ok());
+  KvStats st = paged->stats();
+  CHECK(st.blocks_in_use == 2);
+  CHECK(st.blocks_shared == 2);
+  CHECK(paged->bytes_held(1) == paged->bytes_held(0));
+  for (int t = 0; t < 30; ++t) REQUIRE(put_random(*paged, 1, rp).ok());  // seals a block of its own
+  CHECK(paged->stats().blocks_in_use == 3);
+  CHECK(kivi_rows_of(*paged, 1, 2) == kivi_rows_of(*paged, 1, 0));  // the others unchanged
+  REQUIRE(paged->truncate(2, 40).ok());  // into a shared sealed block: it stays for the others
+  CHECK(paged->stats().blocks_in_use == 3);
+  CHECK(paged->length(2) == 40);
+  for (SeqId q = 0; q < 3; ++q) paged->release(q);
+  CHECK(paged->stats().blocks_in_use == 0);
+}
+
+TEST_CASE("int4-kivi paged: the block is the group; budget and context errors", "[kv][paged]") {
+  KvConfig cfg;
+  cfg.n_layer = 2;
+  cfg.n_ctx = 64;
+  cfg.kv_dim = 64;
+  cfg.head_dim = 32;
+  cfg.type = KvType::int4_kivi;
+  cfg.layout = Layout::paged;
+  cfg.block_size = 16;
+  auto c = must(make_kv_cache(cfg));
+  std::mt19937 rng(9);
+  std::vector<std::vector<float>> ks;
+  for (int t = 0; t < 40; ++t) {
+    auto k = random_vec(rng, 64), v = random_vec(rng, 64);
+    for (int i = 0; i < 64; i += 8) k[static_cast<std::size_t>(i)] *= 20.0f;
+    ks.push_back(k);
+    for (int l = 0; l < 2; ++l) REQUIRE(c->append(l, 0, k, v).ok());
+  }
+  std::vector<KvBlock> bl;
+  c->blocks(0, 0, bl);
+  REQUIRE(bl.size() == 3);  // two sealed blocks of 16, a window of 8
+  CHECK(bl[0].size() == 16);
+  CHECK(bl[0].kscale != nullptr);
+  CHECK(bl[2].size() == 8);
+  CHECK(bl[2].kscale == nullptr);
+  const auto rows = kivi_rows_of(*c, 0, 0);
+  for (int t = 0; t < 32; ++t)
+    for (int ch = 0; ch < 64; ++ch) {  // within half a step of the channel's scale over its block
+      float amax = 0;
+      for (int u = t / 16 * 16; u < t / 16 * 16 + 16; ++u) amax = std::max(amax, std::fabs(ks[static_cast<std::size_t>(u)][static_cast<std::size_t>(ch)]));
+      const float got = rows[static_cast<std::size_t>(t) * 128 + static_cast<std::size_t>(ch)];
+      CHECK(std::fabs(got - ks[static_cast<std::size_t>(t)][static_cast<std::size_t>(ch)]) <= amax / 7 / 2 * 1.01f + 1e-6f);
+    }
+  for (int t = 32; t < 40; ++t)  // the window is exact
+    for (int ch = 0; ch < 64; ++ch)
+      CHECK(rows[static_cast<std::size_t>(t) * 128 + static_cast<std::size_t>(ch)] == ks[static_cast<std::size_t>(t)][static_cast<std::size_t>(ch)]);
+  // The context limit; a budget of one block (and the window): the second block fails.
+  for (int t = 40; t < 64; ++t) REQUIRE(put_random(*c, 0, rng).ok());
+  CHECK_THAT(put_random(*c, 0, rng).error().message, Catch::Contains("context is full"));
+  cfg.max_bytes = 1;
+  CHECK_THAT(make_kv_cache(cfg).error().message, Catch::Contains("below one block"));
+  auto one = must(make_kv_cache(cfg = [&] {
+    KvConfig b = cfg;
+    b.max_bytes = 0;
+    auto probe = must(make_kv_cache(b));
+    for (int t = 0; t < 17; ++t) REQUIRE(put_random(*probe, 0, rng).ok());
+    b.max_bytes = probe->stats().allocated;  // one block and one window
+    return b;
+  }()));
+  for (int t = 0; t < 31; ++t) REQUIRE(put_random(*one, 0, rng).ok());
+  CHECK_THAT(put_random(*one, 0, rng).error().message, Catch::Contains("out of KV-cache memory"));
 }

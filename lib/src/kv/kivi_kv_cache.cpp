@@ -1,10 +1,15 @@
 // The int4-kivi cache (KIVI, Liu et al., ICML 2024): keys are quantized per channel, values
 // per token. Keys have channels of very different sizes (and outlier channels), which a
 // per-token scale spreads over the whole row; a per-channel scale fits each channel, but
-// needs the channel's values over several tokens: the keys and values of a group of kGroup
+// needs the channel's values over several tokens: the keys and values of a group of
 // tokens wait in f32 (the full-precision window of the most recent tokens) until the group
 // is complete; then the keys are quantized one scale per channel, the values per token
 // (int4 rows, as in the int4 cache).
+//
+// Two layouts. Contiguous: groups of kGroup tokens (KIVI's G = 32) in rows reserved up
+// front. Paged: the group is the block (--kv-block): a pool block holds a sealed group of
+// every layer, shared between forked sequences and never written again (no copy-on-write:
+// the tokens being added go to the sequence's own window); the window is per sequence.
 #include "paged_kv_cache.h"
 
 #include <algorithm>
@@ -17,19 +22,61 @@ namespace lmp::kv {
 
 namespace {
 
-constexpr int kGroup = 32;  // tokens per key group (KIVI's G)
+constexpr int kGroup = 32;  // tokens per key group of the contiguous layout (KIVI's G)
+
+// The row formats of both layouts: sealed keys (unscaled int4), sealed values (int4
+// rows), and the window (f32 rows).
+struct KiviFormats {
+  RowFormat kfmt, vfmt, wfmt;
+  explicit KiviFormats(const KvConfig& cfg)
+      : kfmt(RowFormat::unscaled_int4(cfg.kv_dim, cfg.head_dim)),
+        vfmt(RowFormat::make(cfg.type, cfg.kv_dim, cfg.head_dim)),  // (the cache's format(): int4 rows)
+        wfmt(RowFormat::make(KvType::f32, cfg.kv_dim, cfg.head_dim)) {}
+
+  // The window's n tokens (kw, vw: n rows of kv_dim floats) become a sealed group: keys
+  // per channel (d = max|x| / 7 over the group, f16, into ks: kv_dim of them) into kq (n
+  // rows), values per token into v (n rows).
+  void seal(int n, const float* kw, const float* vw, std::byte* kq, std::uint16_t* ks, std::byte* v) const {
+    const auto kvd = static_cast<std::size_t>(kfmt.kv_dim);
+    std::vector<float> inv(kvd);
+    for (std::size_t c = 0; c < kvd; ++c) {
+      float amax = 0;
+      for (int t = 0; t < n; ++t) amax = std::max(amax, std::fabs(kw[static_cast<std::size_t>(t) * kvd + c]));
+      const std::uint16_t dh = f32_to_f16(amax / 7.0f);
+      ks[c] = dh;
+      const float d = f16_to_f32(dh);
+      inv[c] = d > 0 ? 1.0f / d : 0.0f;
+    }
+    for (int t = 0; t < n; ++t) {
+      const auto tt = static_cast<std::size_t>(t);
+      store_row_unscaled(kfmt, kq + tt * kfmt.bytes, kw + tt * kvd, inv.data());
+      store_row(vfmt, v + tt * vfmt.bytes, vw + tt * kvd);
+    }
+  }
+
+  // The first r tokens of a sealed group back into window rows, dequantized.
+  void unseal(int r, const std::byte* kq, const std::uint16_t* ks, const std::byte* v, float* kw, float* vw) const {
+    const auto kvd = static_cast<std::size_t>(kfmt.kv_dim);
+    for (int t = 0; t < r; ++t) {
+      const auto tt = static_cast<std::size_t>(t);
+      float* key = kw + tt * kvd;
+      load_row(kfmt, key, kq + tt * kfmt.bytes);
+      for (std::size_t c = 0; c < kvd; ++c) key[c] *= f16_to_f32(ks[c]);
+      load_row(vfmt, vw + tt * kvd, v + tt * vfmt.bytes);
+    }
+  }
+};
 
 class KiviKvCache final : public KvCache {
  public:
   explicit KiviKvCache(const KvConfig& cfg)
       : KvCache(cfg),
-        kfmt_(RowFormat::unscaled_int4(cfg.kv_dim, cfg.head_dim)),
-        wfmt_(RowFormat::make(KvType::f32, cfg.kv_dim, cfg.head_dim)),
+        f_(cfg),
         groups_((cfg.n_ctx + kGroup - 1) / kGroup),
         lanes_(static_cast<std::size_t>(cfg.max_seqs) * static_cast<std::size_t>(cfg.n_layer)) {
     const auto kvd = static_cast<std::size_t>(cfg.kv_dim), ctx = static_cast<std::size_t>(groups_) * kGroup;
     for (Lane& l : lanes_) {
-      l.kq.resize(ctx * kfmt_.bytes);
+      l.kq.resize(ctx * f_.kfmt.bytes);
       l.ks.resize(static_cast<std::size_t>(groups_) * kvd);
       l.kw.resize(kGroup * kvd);
       l.vw.resize(kGroup * kvd);
@@ -43,7 +90,11 @@ class KiviKvCache final : public KvCache {
     const std::size_t slot = static_cast<std::size_t>(i % kGroup) * static_cast<std::size_t>(cfg_.kv_dim);
     std::memcpy(l.kw.data() + slot, k.data(), k.size_bytes());
     std::memcpy(l.vw.data() + slot, v.data(), v.size_bytes());
-    if (i % kGroup == kGroup - 1) seal(l, i / kGroup);
+    if (i % kGroup == kGroup - 1) {
+      const auto g = static_cast<std::size_t>(i / kGroup);
+      f_.seal(kGroup, l.kw.data(), l.vw.data(), l.kq.data() + g * kGroup * f_.kfmt.bytes,
+              l.ks.data() + g * static_cast<std::size_t>(cfg_.kv_dim), l.v.data() + g * kGroup * fmt_.bytes);
+    }
     ++len_[static_cast<std::size_t>(seq)][static_cast<std::size_t>(layer)];
     return {};
   }
@@ -54,32 +105,28 @@ class KiviKvCache final : public KvCache {
     const Lane& l = lane(seq, layer);
     const int sealed = len / kGroup;
     for (int g = 0; g < sealed; ++g)
-      out.push_back({l.kq.data() + static_cast<std::size_t>(g) * kGroup * kfmt_.bytes,
-                     l.v.data() + static_cast<std::size_t>(g) * kGroup * fmt_.bytes, 0, kGroup, -1, &kfmt_, nullptr,
+      out.push_back({l.kq.data() + static_cast<std::size_t>(g) * kGroup * f_.kfmt.bytes,
+                     l.v.data() + static_cast<std::size_t>(g) * kGroup * fmt_.bytes, 0, kGroup, -1, &f_.kfmt, nullptr,
                      l.ks.data() + static_cast<std::size_t>(g) * static_cast<std::size_t>(cfg_.kv_dim)});
     if (len > sealed * kGroup)
       out.push_back({reinterpret_cast<const std::byte*>(l.kw.data()), reinterpret_cast<const std::byte*>(l.vw.data()), 0,
-                     len - sealed * kGroup, -1, &wfmt_, &wfmt_, nullptr});
+                     len - sealed * kGroup, -1, &f_.wfmt, &f_.wfmt, nullptr});
   }
 
-  // Cutting into a sealed group brings its kept keys back to the window, dequantized.
+  // Cutting into a sealed group brings its kept tokens back to the window, dequantized.
   Status truncate(SeqId seq, int n_keep) override {
     n_keep = std::max(n_keep, 0);
     LMP_ASSIGN(const bool cut, check_truncate(seq, n_keep));
     if (!cut) return {};
     std::vector<int>& len = len_[static_cast<std::size_t>(seq)];
     const int g = n_keep / kGroup, r = n_keep % kGroup;
+    const auto kvd = static_cast<std::size_t>(cfg_.kv_dim);
     for (int layer = 0; layer < cfg_.n_layer; ++layer) {
       Lane& l = lane(seq, layer);
       if (r > 0 && len[static_cast<std::size_t>(layer)] >= (g + 1) * kGroup) {  // group g was sealed
-        const auto kvd = static_cast<std::size_t>(cfg_.kv_dim);
-        for (int t = 0; t < r; ++t) {
-          const std::size_t row = static_cast<std::size_t>(g) * kGroup + static_cast<std::size_t>(t);
-          float* w = l.kw.data() + static_cast<std::size_t>(t) * kvd;
-          load_row(kfmt_, w, l.kq.data() + row * kfmt_.bytes);
-          for (std::size_t c = 0; c < kvd; ++c) w[c] *= f16_to_f32(l.ks[static_cast<std::size_t>(g) * kvd + c]);
-          load_row(fmt_, l.vw.data() + static_cast<std::size_t>(t) * kvd, l.v.data() + row * fmt_.bytes);
-        }
+        const auto row = static_cast<std::size_t>(g) * kGroup;
+        f_.unseal(r, l.kq.data() + row * f_.kfmt.bytes, l.ks.data() + static_cast<std::size_t>(g) * kvd,
+                  l.v.data() + row * fmt_.bytes, l.kw.data(), l.vw.data());
       }
       len[static_cast<std::size_t>(layer)] = std::min(len[static_cast<std::size_t>(layer)], n_keep);
     }
@@ -123,38 +170,227 @@ class KiviKvCache final : public KvCache {
     return lanes_[static_cast<std::size_t>(seq) * static_cast<std::size_t>(cfg_.n_layer) + static_cast<std::size_t>(layer)];
   }
 
-  // The window's kGroup tokens become group g: keys per channel (d = max|x| / 7 over the
-  // group), values per token.
-  void seal(Lane& l, int g) {
-    const auto kvd = static_cast<std::size_t>(cfg_.kv_dim);
-    std::vector<float> inv(kvd);
-    for (std::size_t c = 0; c < kvd; ++c) {
-      float amax = 0;
-      for (int t = 0; t < kGroup; ++t) amax = std::max(amax, std::fabs(l.kw[static_cast<std::size_t>(t) * kvd + c]));
-      const std::uint16_t dh = f32_to_f16(amax / 7.0f);
-      l.ks[static_cast<std::size_t>(g) * kvd + c] = dh;
-      const float d = f16_to_f32(dh);
-      inv[c] = d > 0 ? 1.0f / d : 0.0f;
+  KiviFormats f_;
+  int groups_;
+  std::vector<Lane> lanes_;  // (max_seqs, n_layer)
+};
+
+// The paged layout. A pool block: for each layer, the sealed keys (bs unscaled int4
+// rows), their per-channel scales (kv_dim f16) and the values (bs int4 rows). A sequence:
+// its table of sealed blocks and its window (f32, every layer's K and V of the block
+// being filled).
+class PagedKiviKvCache final : public KvCache {
+ public:
+  PagedKiviKvCache(const KvConfig& cfg, std::int64_t max_blocks)
+      : KvCache(cfg),
+        f_(cfg),
+        bs_(cfg.block_size),
+        kvd_(static_cast<std::size_t>(cfg.kv_dim)),
+        ks_at_(round8(static_cast<std::size_t>(cfg.block_size) * f_.kfmt.bytes)),
+        v_at_(ks_at_ + round8(kvd_ * 2)),
+        layer_bytes_(round8(v_at_ + static_cast<std::size_t>(cfg.block_size) * fmt_.bytes)),
+        block_bytes_(layer_bytes_ * static_cast<std::size_t>(cfg.n_layer)),
+        window_floats_(static_cast<std::size_t>(cfg.n_layer) * 2 * static_cast<std::size_t>(cfg.block_size) * kvd_),
+        max_blocks_(max_blocks),
+        seqs_(static_cast<std::size_t>(cfg.max_seqs)) {}
+
+  static std::size_t round8(std::size_t n) { return (n + 7) & ~std::size_t{7}; }
+  static std::size_t block_bytes_of(const KvConfig& cfg) {
+    const KiviFormats f(cfg);
+    const auto bs = static_cast<std::size_t>(cfg.block_size);
+    const std::size_t ks_at = round8(bs * f.kfmt.bytes), v_at = ks_at + round8(static_cast<std::size_t>(cfg.kv_dim) * 2);
+    return round8(v_at + bs * f.vfmt.bytes) * static_cast<std::size_t>(cfg.n_layer);
+  }
+  static std::size_t window_bytes_of(const KvConfig& cfg) {
+    return static_cast<std::size_t>(cfg.n_layer) * 2 * static_cast<std::size_t>(cfg.block_size) *
+           static_cast<std::size_t>(cfg.kv_dim) * sizeof(float);
+  }
+
+  Status append(int layer, SeqId seq, std::span<const float> k, std::span<const float> v) override {
+    LMP_ASSIGN(const int i, begin_append(layer, seq));
+    Seq& s = seqs_[static_cast<std::size_t>(seq)];
+    const int slot = i % bs_;
+    const auto g = static_cast<std::size_t>(i / bs_);
+    if (layer == 0 && slot == bs_ - 1) {  // the group is complete with this token: its block
+      LMP_ASSIGN(std::int32_t id, take_block());
+      s.table.push_back(id);
     }
-    for (int t = 0; t < kGroup; ++t) {
-      const std::size_t row = static_cast<std::size_t>(g) * kGroup + static_cast<std::size_t>(t);
-      store_row_unscaled(kfmt_, l.kq.data() + row * kfmt_.bytes, l.kw.data() + static_cast<std::size_t>(t) * kvd, inv.data());
-      store_row(fmt_, l.v.data() + row * fmt_.bytes, l.vw.data() + static_cast<std::size_t>(t) * kvd);
+    float* kw = window(s, layer);
+    float* vw = kw + static_cast<std::size_t>(bs_) * kvd_;
+    std::memcpy(kw + static_cast<std::size_t>(slot) * kvd_, k.data(), k.size_bytes());
+    std::memcpy(vw + static_cast<std::size_t>(slot) * kvd_, v.data(), v.size_bytes());
+    if (slot == bs_ - 1) {
+      std::byte* base = layer_base(s.table[g], layer);
+      f_.seal(bs_, kw, vw, base, scales(base), base + v_at_);
+    }
+    ++len_[static_cast<std::size_t>(seq)][static_cast<std::size_t>(layer)];
+    return {};
+  }
+
+  void blocks(int layer, SeqId seq, std::vector<KvBlock>& out) const override {
+    out.clear();
+    const Seq& s = seqs_[static_cast<std::size_t>(seq)];
+    const int len = len_[static_cast<std::size_t>(seq)][static_cast<std::size_t>(layer)];
+    const int sealed = len / bs_;
+    for (int g = 0; g < sealed; ++g) {
+      const std::byte* base = layer_base(s.table[static_cast<std::size_t>(g)], layer);
+      out.push_back({base, base + v_at_, 0, bs_, -1, &f_.kfmt, nullptr, scales(base)});
+    }
+    if (len > sealed * bs_) {
+      const float* kw = window(s, layer);
+      out.push_back({reinterpret_cast<const std::byte*>(kw),
+                     reinterpret_cast<const std::byte*>(kw + static_cast<std::size_t>(bs_) * kvd_), 0, len - sealed * bs_,
+                     -1, &f_.wfmt, &f_.wfmt, nullptr});
     }
   }
 
-  RowFormat kfmt_, wfmt_;
-  int groups_;
-  std::vector<Lane> lanes_;  // (max_seqs, n_layer)
+  // Cutting into a sealed block brings its kept tokens back to the window, dequantized,
+  // and lets go of the block (others may still hold it: it is only read).
+  Status truncate(SeqId seq, int n_keep) override {
+    n_keep = std::max(n_keep, 0);
+    LMP_ASSIGN(const bool cut, check_truncate(seq, n_keep));
+    if (!cut) return {};
+    Seq& s = seqs_[static_cast<std::size_t>(seq)];
+    std::vector<int>& len = len_[static_cast<std::size_t>(seq)];
+    const int g = n_keep / bs_, r = n_keep % bs_;
+    for (int layer = 0; layer < cfg_.n_layer; ++layer) {
+      if (r > 0 && len[static_cast<std::size_t>(layer)] >= (g + 1) * bs_) {  // block g was sealed in this layer
+        const std::byte* base = layer_base(s.table[static_cast<std::size_t>(g)], layer);
+        float* kw = window(s, layer);
+        f_.unseal(r, base, scales(base), base + v_at_, kw, kw + static_cast<std::size_t>(bs_) * kvd_);
+      }
+      len[static_cast<std::size_t>(layer)] = std::min(len[static_cast<std::size_t>(layer)], n_keep);
+    }
+    while (s.table.size() > static_cast<std::size_t>(g)) {
+      drop_block(s.table.back());
+      s.table.pop_back();
+    }
+    return {};
+  }
+
+  Status fork(SeqId src, SeqId dst) override {
+    if (src == dst) return check_seq(src);
+    LMP_TRY(check_fork(src, dst));
+    Seq& d = seqs_[static_cast<std::size_t>(dst)];
+    d = seqs_[static_cast<std::size_t>(src)];  // the table shared, the window copied
+    for (std::int32_t id : d.table) ++ref_[static_cast<std::size_t>(id)];
+    len_[static_cast<std::size_t>(dst)] = len_[static_cast<std::size_t>(src)];
+    return {};
+  }
+
+  void release(SeqId seq) override {
+    if (seq < 0 || seq >= cfg_.max_seqs) return;
+    Seq& s = seqs_[static_cast<std::size_t>(seq)];
+    for (std::int32_t id : s.table) drop_block(id);
+    s.table.clear();
+    std::vector<float>().swap(s.window);
+    KvCache::release(seq);
+  }
+
+  // used: the sealed blocks' bytes (a shared block once) and the windows' live rows;
+  // allocated: blocks in use and the windows; reserved: every block taken, and the windows.
+  KvStats stats() const override {
+    KvStats st;
+    std::uint64_t windows = 0, window_rows = 0;
+    for (SeqId q = 0; q < cfg_.max_seqs; ++q) {
+      st.tokens += live(q);
+      const Seq& s = seqs_[static_cast<std::size_t>(q)];
+      windows += s.window.size() * sizeof(float);
+      window_rows += static_cast<std::uint64_t>(length(q) % bs_);
+    }
+    st.blocks_free = static_cast<std::int64_t>(free_.size());
+    st.blocks_in_use = static_cast<std::int64_t>(storage_.size()) - st.blocks_free;
+    for (int r : ref_) st.blocks_shared += r > 1;
+    st.used = static_cast<std::uint64_t>(st.blocks_in_use) * block_bytes_ +
+              window_rows * 2 * static_cast<std::uint64_t>(cfg_.n_layer) * kvd_ * sizeof(float);
+    st.allocated = static_cast<std::uint64_t>(st.blocks_in_use) * block_bytes_ + windows;
+    st.reserved = static_cast<std::uint64_t>(storage_.size()) * block_bytes_ + windows;
+    return st;
+  }
+
+  std::uint64_t bytes_held(SeqId seq) const override {
+    if (seq < 0 || seq >= cfg_.max_seqs) return 0;
+    const Seq& s = seqs_[static_cast<std::size_t>(seq)];
+    return static_cast<std::uint64_t>(s.table.size()) * block_bytes_ + s.window.size() * sizeof(float);
+  }
+
+ private:
+  struct Seq {
+    std::vector<std::int32_t> table;  // sealed block g → pool block
+    std::vector<float> window;        // (n_layer, 2, bs, kv_dim): the block being filled; empty until used
+  };
+
+  std::byte* layer_base(std::int32_t id, int layer) const {
+    return storage_[static_cast<std::size_t>(id)].get() + static_cast<std::size_t>(layer) * layer_bytes_;
+  }
+  const std::uint16_t* scales(const std::byte* base) const { return reinterpret_cast<const std::uint16_t*>(base + ks_at_); }
+  std::uint16_t* scales(std::byte* base) const { return reinterpret_cast<std::uint16_t*>(base + ks_at_); }
+  float* window(Seq& s, int layer) const {
+    if (s.window.empty()) s.window.resize(window_floats_);  // (taken on first use)
+    return s.window.data() + static_cast<std::size_t>(layer) * 2 * static_cast<std::size_t>(bs_) * kvd_;
+  }
+  const float* window(const Seq& s, int layer) const {
+    return s.window.data() + static_cast<std::size_t>(layer) * 2 * static_cast<std::size_t>(bs_) * kvd_;
+  }
+
+  Result<std::int32_t> take_block() {
+    std::int32_t id;
+    if (!free_.empty()) {
+      id = free_.back();
+      free_.pop_back();
+    } else {
+      if (static_cast<std::int64_t>(storage_.size()) >= max_blocks_)
+        return make_error(Errc::out_of_range,
+                          "out of KV-cache memory: all {} blocks of {} tokens ({} bytes each) are in use; raise the budget "
+                          "(--kv-memory) or shorten the sequences",
+                          max_blocks_, bs_, block_bytes_);
+      storage_.push_back(std::make_unique_for_overwrite<std::byte[]>(block_bytes_));
+      ref_.push_back(0);
+      id = static_cast<std::int32_t>(storage_.size() - 1);
+    }
+    ref_[static_cast<std::size_t>(id)] = 1;
+    return id;
+  }
+  void drop_block(std::int32_t id) {
+    if (--ref_[static_cast<std::size_t>(id)] == 0) free_.push_back(id);
+  }
+
+  KiviFormats f_;
+  int bs_;
+  std::size_t kvd_;
+  std::size_t ks_at_, v_at_;    // offsets in a layer's part of a block: the scales, the values
+  std::size_t layer_bytes_;     // one layer's part of a block (keys, scales, values; 8-byte aligned)
+  std::size_t block_bytes_;     // (n_layer, layer_bytes_)
+  std::size_t window_floats_;
+  std::int64_t max_blocks_;
+  std::vector<std::unique_ptr<std::byte[]>> storage_;  // the pool, grown on demand
+  std::vector<int> ref_;                               // per block: the tables that hold it
+  std::vector<std::int32_t> free_;
+  std::vector<Seq> seqs_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<KvCache>> make_kivi_kv_cache(const KvConfig& cfg) {
-  if (cfg.layout != Layout::contiguous)
-    return make_error(Errc::unsupported, "the int4-kivi cache is contiguous: use --kv contiguous");
   if (cfg.eviction != Eviction::none) return make_error(Errc::unsupported, "the int4-kivi cache does not evict");
-  return std::unique_ptr<KvCache>(new KiviKvCache(cfg));
+  if (cfg.layout == Layout::contiguous) return std::unique_ptr<KvCache>(new KiviKvCache(cfg));
+  if (cfg.block_size <= 0) return make_error(Errc::invalid_argument, "KV cache: the block size must be positive, not {}", cfg.block_size);
+  const std::uint64_t block_bytes = PagedKiviKvCache::block_bytes_of(cfg);
+  std::int64_t max_blocks;
+  if (cfg.max_bytes) {
+    // The windows (one block of f32 per sequence) come out of the budget first.
+    const std::uint64_t windows = PagedKiviKvCache::window_bytes_of(cfg) * static_cast<std::uint64_t>(cfg.max_seqs);
+    max_blocks = cfg.max_bytes > windows ? static_cast<std::int64_t>((cfg.max_bytes - windows) / block_bytes) : 0;
+    if (max_blocks == 0)
+      return make_error(Errc::out_of_range,
+                        "KV cache: the budget of {} bytes is below one block ({} bytes) and the sequences' f32 windows "
+                        "({} bytes)",
+                        cfg.max_bytes, block_bytes, windows);
+  } else {
+    max_blocks = static_cast<std::int64_t>(cfg.max_seqs) * ((cfg.n_ctx + cfg.block_size - 1) / cfg.block_size + 3);
+  }
+  if (max_blocks > (1LL << 31) - 1) max_blocks = (1LL << 31) - 1;
+  return std::unique_ptr<KvCache>(new PagedKiviKvCache(cfg, max_blocks));
 }
 
 }  // namespace lmp::kv

@@ -1,4 +1,4 @@
-// The factories make_kv_cache calls: the paged cache, and the int4-kivi cache.
+// The factories make_kv_cache calls: the paged cache, and the int4-kivi cache (either layout).
 #pragma once
 
 #include <memory>

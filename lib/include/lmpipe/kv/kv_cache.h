@@ -11,8 +11,8 @@
 //               on demand and reference-counted so that forked sequences share their
 //               common blocks; writing into a shared block copies it first (copy-on-write).
 // Storage types f32, f16, int8 and int4 (kv_rows.h), and int4-kivi: int4 values, keys
-// per channel over groups of 32 tokens with the group being filled in f32 (contiguous
-// layout, no eviction). Eviction for long generations: none
+// per channel over groups of tokens (32 in the contiguous layout, the block in the paged
+// one), the group being filled kept in f32 (no eviction). Eviction for long generations: none
 // (an error at the context limit), a sliding window, or attention sinks + window
 // (StreamingLLM).
 #pragma once

@@ -21,8 +21,9 @@
 namespace lmp::kv {
 
 // int4_kivi: values as int4; keys quantized per channel (KIVI, Liu et al. 2024): a scale
-// per channel for each group of 32 tokens, the keys of the group being filled kept in f32
-// until it is complete (kv_cache.h). Its rows (values) are int4 rows.
+// per channel for each group of tokens (32; paged: the block), the keys of the group
+// being filled kept in f32 until it is complete (kv_cache.h). Its rows (values) are int4
+// rows.
 enum class KvType : std::uint8_t { f32, f16, int8, int4, int4_kivi };
 const char* kv_type_name(KvType t);
 // f32, f16, int8 (or q8_0), int4 (or q4_0), int4-kivi
