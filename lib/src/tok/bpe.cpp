@@ -57,15 +57,13 @@ Result<BpeModel> BpeModel::build(std::vector<std::string> tokens,
 
 Result<BpeModel> BpeModel::build_indexed(std::vector<std::string> tokens, StringIdMap ids,
                                          std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
-                                         int threads, std::vector<TokenId> merged,
-                                         std::optional<DoubleArray> span_trie) {
+                                         int threads, std::vector<TokenId> merged) {
   if (!merged.empty() && merged.size() != merges.size())
     return make_error(Errc::invalid_argument, "{} merged tokens for {} merges", merged.size(), merges.size());
   BpeModel m;
   m.tokens_ = std::move(tokens);
   m.ids_ = std::move(ids);
   m.distinct_ = true;
-  if (span_trie) std::call_once(m.span_->once, [&] { m.span_->trie = std::move(*span_trie); });
   m.byte_ids_.fill(-1);
   m.max_token_bytes_ = 0;
   for (std::size_t i = 0; i < m.tokens_.size(); ++i) {
@@ -279,31 +277,18 @@ void BpeModel::encode_bytes(std::string_view piece, std::vector<TokenId>& out, B
   out.insert(out.end(), s.sym.begin(), s.sym.end());
 }
 
-namespace {
-// The tokens with a byte >= 0x80 that are their bytes' own token (`ids`, unless null:
-// tokens all distinct), as trie keys.
-std::vector<std::pair<std::string_view, std::int32_t>> wide_tokens(const std::vector<std::string>& tokens,
-                                                                 const StringIdMap* ids) {
-  std::vector<std::pair<std::string_view, std::int32_t>> keys;
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    std::string_view t = tokens[i];
-    std::uint64_t high = 0;  // (8 bytes at a time)
-    for (std::size_t k = 0; k < t.size(); k += 8) high |= load_upto8(t.data() + k, std::min<std::size_t>(8, t.size() - k));
-    if ((high & 0x8080808080808080ULL) != 0 && (ids == nullptr || ids->find(t) == static_cast<TokenId>(i)))
-      keys.emplace_back(t, static_cast<std::int32_t>(i));
-  }
-  return keys;
-}
-}  // namespace
-
-DoubleArray BpeModel::span_trie_of(const std::vector<std::string>& tokens) {
-  DoubleArray trie;
-  trie.build(wide_tokens(tokens, nullptr));
-  return trie;
-}
-
 const DoubleArray& BpeModel::span_trie() const {
-  std::call_once(span_->once, [this] { span_->trie.build(wide_tokens(tokens_, distinct_ ? nullptr : &ids_)); });
+  std::call_once(span_->once, [this] {
+    std::vector<std::pair<std::string_view, std::int32_t>> keys;
+    for (std::size_t i = 0; i < tokens_.size(); ++i) {
+      std::string_view t = tokens_[i];
+      std::uint64_t high = 0;  // (8 bytes at a time)
+      for (std::size_t k = 0; k < t.size(); k += 8) high |= load_upto8(t.data() + k, std::min<std::size_t>(8, t.size() - k));
+      if ((high & 0x8080808080808080ULL) != 0 && (distinct_ || ids_.find(t) == static_cast<TokenId>(i)))
+        keys.emplace_back(t, static_cast<std::int32_t>(i));
+    }
+    span_->trie.build(std::move(keys));
+  });
   return span_->trie;
 }
 

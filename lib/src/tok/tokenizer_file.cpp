@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
-#include <thread>
 #include <unordered_map>
 
 #include "lmpipe/core/io.h"
@@ -704,26 +703,6 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
     return static_cast<std::size_t>(id) < special_ids.size() && special_ids[static_cast<std::size_t>(id)];
   }, /*byte_level=*/true, threads, /*allow_by_bytes=*/true));
   LMP_TRY(check_added_ids(added, v.tokens.size(), root.get("added_tokens").where()));
-  // With threads to spare, the trie of long non-ASCII pieces is made while the merges are
-  // read (which only read the tokens too), not later by the first such piece, which
-  // every encoding thread would wait for. (Should it fail, out of memory under
-  // --max-memory say, the first piece that needs it makes it, or says why not.)
-  std::optional<DoubleArray> trie;
-  std::thread trie_thread;
-  struct Join {
-    std::thread& t;
-    ~Join() {
-      if (t.joinable()) t.join();
-    }
-  } join_trie{trie_thread};
-  if (v.by_bytes && threads > 1)
-    trie_thread = std::thread([&trie, &tokens = std::as_const(v.tokens)] {
-      try {
-        trie = BpeModel::span_trie_of(tokens);
-      } catch (...) {
-        trie.reset();
-      }
-    });
 
   json::Value merges = model.get("merges");
   std::vector<std::pair<TokenId, TokenId>> pairs;
@@ -739,9 +718,8 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
   // they were resolved): its pages (12 MB for Llama-3) go back before the merge table
   // takes fresh ones.
   if (v.by_bytes) doc.reset();
-  if (trie_thread.joinable()) trie_thread.join();  // (before the tokens move)
   auto built = v.by_bytes ? BpeModel::build_indexed(std::move(v.tokens), std::move(v.byte_ids), std::move(pairs),
-                                                     ignore_merges, threads, std::move(merged), std::move(trie))
+                                                     ignore_merges, threads, std::move(merged))
                           : BpeModel::build(std::move(v.tokens), std::move(pairs), ignore_merges, threads);
   if (!built.ok()) {
     if (v.by_bytes) return std::move(built).error();  // (the document is gone: no place to name)

@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -55,16 +54,9 @@ class BpeModel final : public Model {
   // of `tokens` (which move with the vector), and no two tokens have the same bytes.
   // `merged[r]`, when given (as long as `merges`), is the token merge r makes, already
   // checked to be the concatenation of its two tokens.
-  // `span_trie`, when given, is span_trie_of(tokens), made while the merges were read.
   static Result<BpeModel> build_indexed(std::vector<std::string> tokens, StringIdMap ids,
                                         std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
-                                        int threads = 1, std::vector<TokenId> merged = {},
-                                        std::optional<DoubleArray> span_trie = std::nullopt);
-  // The trie of encode_segmented for tokens whose bytes are all distinct (a bytes index
-  // has no two alike): every token with a byte >= 0x80. A loader with threads to spare
-  // makes it beside its own work: it takes ~10 ms for Llama-3, which the first long
-  // non-ASCII piece would otherwise wait for, on every encoding thread.
-  static DoubleArray span_trie_of(const std::vector<std::string>& tokens);
+                                        int threads = 1, std::vector<TokenId> merged = {});
   static Result<BpeModel> build_from_ranks(std::vector<std::string> tokens);
   // The token whose bytes are a then b, or -1: vocabularies list merged tokens in merge
   // order, so the token after `prev` (the previous merge's), then `prev` itself (several
@@ -120,7 +112,9 @@ class BpeModel final : public Model {
   void encode_segmented(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
   void encode_segment(std::string_view seg, std::vector<TokenId>& out, BpeScratch& s) const;
   // A trie of every token with a byte >= 0x80, built on first use (tokens of ASCII
-  // bytes only cannot reach past an ASCII run, so they need no trie), unless given.
+  // bytes only cannot reach past an ASCII run, so they need no trie). Not at load, even
+  // with threads to spare: Llama-3's takes ~10 ms, paid once by the first long non-ASCII
+  // piece (the other threads wait that once), and never by text without such pieces.
   struct SpanIndex {
     std::once_flag once;
     DoubleArray trie;
