@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <thread>
 
 #include "lmpipe/core/json.h"
 #include "lmpipe/tok/bpe_trainer.h"
@@ -415,4 +416,44 @@ TEST_CASE("tokenizer.json merges: read raw on 1-4 threads, in every form, errors
   auto e = load_tokenizer_json(trailing, "t.json", 2);
   REQUIRE_FALSE(e.ok());
   CHECK(e.error().message.find("merge " + std::to_string(s.merges.size() + 1) + " must be") != std::string::npos);
+}
+
+// Long Chinese pieces are cut with a trie made by the first piece that needs it; threads
+// that meet such a piece meanwhile encode it whole. Either way the ids are the same: four
+// threads on a fresh tokenizer against one whose trie is made.
+TEST_CASE("long CJK pieces encode the same while the span trie is being made", "[tok][threads]") {
+  auto pre = make_pre_tokenizer("cl100k");
+  REQUIRE(pre.ok());
+  WordCounter wc(*pre.value(), 1);
+  std::mt19937 rng(8);
+  const std::vector<std::string> han = {"中", "文", "字", "符", "的", "是", "人", "大", "国", "语"};
+  std::string corpus;
+  for (int i = 0; i < 20000; ++i) corpus += i % 9 == 8 ? std::string(" ") : han[rng() % han.size()];
+  wc.add(corpus);
+  BpeTrainerConfig cfg;
+  cfg.vocab_size = 600;
+  cfg.initial_alphabet_bytes = true;
+  TrainReport rep;
+  auto trained = train_bpe(wc.take(), cfg, std::move(pre).value(), rep);
+  REQUIRE(trained.ok());
+  const std::string j = to_tokenizer_json(*trained.value());
+  auto ref = load_tokenizer_json(j, "r.json", 1);
+  REQUIRE(ref.ok());
+  std::vector<std::string> texts;
+  for (int k = 0; k < 64; ++k) texts.push_back(corpus.substr(rng() % 40000 / 3 * 3, 300));
+  std::vector<std::vector<TokenId>> want;
+  for (const auto& t : texts) want.push_back(encode(*ref.value(), t));
+  for (int round = 0; round < 5; ++round) {
+    auto fresh = load_tokenizer_json(j, "f.json", 2);
+    REQUIRE(fresh.ok());
+    std::vector<std::vector<std::vector<TokenId>>> got(4, std::vector<std::vector<TokenId>>(texts.size()));
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 4; ++w)
+      workers.emplace_back([&, w] {
+        for (std::size_t k = 0; k < texts.size(); ++k) got[static_cast<std::size_t>(w)][k] = encode(*fresh.value(), texts[k]);
+      });
+    for (auto& t : workers) t.join();
+    for (int w = 0; w < 4; ++w)
+      for (std::size_t k = 0; k < texts.size(); ++k) REQUIRE(got[static_cast<std::size_t>(w)][k] == want[k]);
+  }
 }

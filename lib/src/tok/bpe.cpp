@@ -237,8 +237,11 @@ void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScra
     return;
   }
   if (segments(piece)) {
-    encode_segmented(piece, out, s);
-    return;
+    if (const DoubleArray* trie = span_trie()) {
+      encode_segmented(piece, *trie, out, s);
+      return;
+    }
+    // (another thread is making the trie: this piece whole, below, gives the same ids)
   }
   if (ignore_merges_ && piece.size() <= max_token_bytes_) {
     TokenId id = find(piece);
@@ -277,8 +280,13 @@ void BpeModel::encode_bytes(std::string_view piece, std::vector<TokenId>& out, B
   out.insert(out.end(), s.sym.begin(), s.sym.end());
 }
 
-const DoubleArray& BpeModel::span_trie() const {
-  std::call_once(span_->once, [this] {
+const DoubleArray* BpeModel::span_trie() const {
+  SpanIndex& x = *span_;
+  int state = x.state.load(std::memory_order_acquire);
+  if (state == SpanIndex::kReady) return &x.trie;
+  if (state == SpanIndex::kBuilding || !x.state.compare_exchange_strong(state, SpanIndex::kBuilding, std::memory_order_acq_rel))
+    return nullptr;
+  try {
     std::vector<std::pair<std::string_view, std::int32_t>> keys;
     for (std::size_t i = 0; i < tokens_.size(); ++i) {
       std::string_view t = tokens_[i];
@@ -287,9 +295,13 @@ const DoubleArray& BpeModel::span_trie() const {
       if ((high & 0x8080808080808080ULL) != 0 && (distinct_ || ids_.find(t) == static_cast<TokenId>(i)))
         keys.emplace_back(t, static_cast<std::int32_t>(i));
     }
-    span_->trie.build(std::move(keys));
-  });
-  return span_->trie;
+    x.trie.build(std::move(keys));
+  } catch (...) {
+    x.state.store(SpanIndex::kNone, std::memory_order_release);  // (out of memory: a later piece tries again)
+    throw;
+  }
+  x.state.store(SpanIndex::kReady, std::memory_order_release);
+  return &x.trie;
 }
 
 // Cut the piece where no token can span, and encode each segment alone. Position i is
@@ -298,8 +310,8 @@ const DoubleArray& BpeModel::span_trie() const {
 // tokens with a byte >= 0x80; a token of ASCII bytes only that starts at an ASCII byte
 // ends within that byte's ASCII run. (Counting tokens that BPE can never make only
 // cuts less, never wrongly.)
-void BpeModel::encode_segmented(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
-  const DoubleArray& trie = span_trie();
+void BpeModel::encode_segmented(std::string_view piece, const DoubleArray& trie, std::vector<TokenId>& out,
+                                BpeScratch& s) const {
   const auto* p = reinterpret_cast<const unsigned char*>(piece.data());
   const std::size_t n = piece.size();
   std::size_t reach = 0, start = 0, ascii_end = 0;

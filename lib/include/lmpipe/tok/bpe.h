@@ -14,9 +14,9 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -109,17 +109,19 @@ class BpeModel final : public Model {
   // The pieces that encode_segmented cuts: at least this long, with a byte >= 0xE0.
   static constexpr std::size_t kSegmentFrom = 7;
   void encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
-  void encode_segmented(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
+  void encode_segmented(std::string_view piece, const DoubleArray& trie, std::vector<TokenId>& out, BpeScratch& s) const;
   void encode_segment(std::string_view seg, std::vector<TokenId>& out, BpeScratch& s) const;
-  // A trie of every token with a byte >= 0x80, built on first use (tokens of ASCII
-  // bytes only cannot reach past an ASCII run, so they need no trie). Not at load, even
-  // with threads to spare: Llama-3's takes ~10 ms, paid once by the first long non-ASCII
-  // piece (the other threads wait that once), and never by text without such pieces.
+  // A trie of every token with a byte >= 0x80 (tokens of ASCII bytes only cannot reach
+  // past an ASCII run, so they need no trie), made by the first piece that needs it (not
+  // at load: Llama-3's takes ~10 ms, which text without such pieces never pays).
   struct SpanIndex {
-    std::once_flag once;
+    static constexpr int kNone = 0, kBuilding = 1, kReady = 2;
+    std::atomic<int> state{kNone};
     DoubleArray trie;
   };
-  const DoubleArray& span_trie() const;
+  // The trie; made now by the first caller; nullptr to the others while it is being
+  // made: they encode their pieces whole (the same ids) instead of waiting.
+  const DoubleArray* span_trie() const;
   void merge_linear(BpeScratch& s) const;
   std::uint64_t cached_merge(TokenId a, TokenId b, BpeScratch& s) const {
     std::uint64_t key = pair_key(a, b);
