@@ -191,7 +191,7 @@ class PagedKiviKvCache final : public KvCache {
         layer_bytes_(round8(v_at_ + static_cast<std::size_t>(cfg.block_size) * fmt_.bytes)),
         block_bytes_(layer_bytes_ * static_cast<std::size_t>(cfg.n_layer)),
         window_floats_(static_cast<std::size_t>(cfg.n_layer) * 2 * static_cast<std::size_t>(cfg.block_size) * kvd_),
-        max_blocks_(max_blocks),
+        pool_(block_bytes_, max_blocks, cfg.block_size),
         seqs_(static_cast<std::size_t>(cfg.max_seqs)) {}
 
   static std::size_t round8(std::size_t n) { return (n + 7) & ~std::size_t{7}; }
@@ -212,7 +212,7 @@ class PagedKiviKvCache final : public KvCache {
     const int slot = i % bs_;
     const auto g = static_cast<std::size_t>(i / bs_);
     if (layer == 0 && slot == bs_ - 1) {  // the group is complete with this token: its block
-      LMP_ASSIGN(std::int32_t id, take_block());
+      LMP_ASSIGN(std::int32_t id, pool_.take());
       s.table.push_back(id);
     }
     float* kw = window(s, layer);
@@ -261,10 +261,7 @@ class PagedKiviKvCache final : public KvCache {
       }
       len[static_cast<std::size_t>(layer)] = std::min(len[static_cast<std::size_t>(layer)], n_keep);
     }
-    while (s.table.size() > static_cast<std::size_t>(g)) {
-      drop_block(s.table.back());
-      s.table.pop_back();
-    }
+    pool_.drop_from(s.table, static_cast<std::size_t>(g));
     return {};
   }
 
@@ -273,7 +270,7 @@ class PagedKiviKvCache final : public KvCache {
     LMP_TRY(check_fork(src, dst));
     Seq& d = seqs_[static_cast<std::size_t>(dst)];
     d = seqs_[static_cast<std::size_t>(src)];  // the table shared, the window copied
-    for (std::int32_t id : d.table) ++ref_[static_cast<std::size_t>(id)];
+    pool_.hold_all(d.table);
     len_[static_cast<std::size_t>(dst)] = len_[static_cast<std::size_t>(src)];
     return {};
   }
@@ -281,8 +278,7 @@ class PagedKiviKvCache final : public KvCache {
   void release(SeqId seq) override {
     if (seq < 0 || seq >= cfg_.max_seqs) return;
     Seq& s = seqs_[static_cast<std::size_t>(seq)];
-    for (std::int32_t id : s.table) drop_block(id);
-    s.table.clear();
+    pool_.drop_from(s.table, 0);
     std::vector<float>().swap(s.window);
     KvCache::release(seq);
   }
@@ -298,13 +294,13 @@ class PagedKiviKvCache final : public KvCache {
       windows += s.window.size() * sizeof(float);
       window_rows += static_cast<std::uint64_t>(length(q) % bs_);
     }
-    st.blocks_free = static_cast<std::int64_t>(free_.size());
-    st.blocks_in_use = static_cast<std::int64_t>(storage_.size()) - st.blocks_free;
-    for (int r : ref_) st.blocks_shared += r > 1;
+    st.blocks_free = pool_.free_blocks();
+    st.blocks_in_use = pool_.in_use();
+    st.blocks_shared = pool_.shared();
     st.used = static_cast<std::uint64_t>(st.blocks_in_use) * block_bytes_ +
               window_rows * 2 * static_cast<std::uint64_t>(cfg_.n_layer) * kvd_ * sizeof(float);
     st.allocated = static_cast<std::uint64_t>(st.blocks_in_use) * block_bytes_ + windows;
-    st.reserved = static_cast<std::uint64_t>(storage_.size()) * block_bytes_ + windows;
+    st.reserved = static_cast<std::uint64_t>(pool_.taken()) * block_bytes_ + windows;
     return st;
   }
 
@@ -321,7 +317,7 @@ class PagedKiviKvCache final : public KvCache {
   };
 
   std::byte* layer_base(std::int32_t id, int layer) const {
-    return storage_[static_cast<std::size_t>(id)].get() + static_cast<std::size_t>(layer) * layer_bytes_;
+    return pool_.data(id) + static_cast<std::size_t>(layer) * layer_bytes_;
   }
   const std::uint16_t* scales(const std::byte* base) const { return reinterpret_cast<const std::uint16_t*>(base + ks_at_); }
   std::uint16_t* scales(std::byte* base) const { return reinterpret_cast<std::uint16_t*>(base + ks_at_); }
@@ -333,28 +329,6 @@ class PagedKiviKvCache final : public KvCache {
     return s.window.data() + static_cast<std::size_t>(layer) * 2 * static_cast<std::size_t>(bs_) * kvd_;
   }
 
-  Result<std::int32_t> take_block() {
-    std::int32_t id;
-    if (!free_.empty()) {
-      id = free_.back();
-      free_.pop_back();
-    } else {
-      if (static_cast<std::int64_t>(storage_.size()) >= max_blocks_)
-        return make_error(Errc::out_of_range,
-                          "out of KV-cache memory: all {} blocks of {} tokens ({} bytes each) are in use; raise the budget "
-                          "(--kv-memory) or shorten the sequences",
-                          max_blocks_, bs_, block_bytes_);
-      storage_.push_back(std::make_unique_for_overwrite<std::byte[]>(block_bytes_));
-      ref_.push_back(0);
-      id = static_cast<std::int32_t>(storage_.size() - 1);
-    }
-    ref_[static_cast<std::size_t>(id)] = 1;
-    return id;
-  }
-  void drop_block(std::int32_t id) {
-    if (--ref_[static_cast<std::size_t>(id)] == 0) free_.push_back(id);
-  }
-
   KiviFormats f_;
   int bs_;
   std::size_t kvd_;
@@ -362,10 +336,7 @@ class PagedKiviKvCache final : public KvCache {
   std::size_t layer_bytes_;     // one layer's part of a block (keys, scales, values; 8-byte aligned)
   std::size_t block_bytes_;     // (n_layer, layer_bytes_)
   std::size_t window_floats_;
-  std::int64_t max_blocks_;
-  std::vector<std::unique_ptr<std::byte[]>> storage_;  // the pool, grown on demand
-  std::vector<int> ref_;                               // per block: the tables that hold it
-  std::vector<std::int32_t> free_;
+  BlockPool pool_;
   std::vector<Seq> seqs_;
 };
 
@@ -375,21 +346,10 @@ Result<std::unique_ptr<KvCache>> make_kivi_kv_cache(const KvConfig& cfg) {
   if (cfg.eviction != Eviction::none) return make_error(Errc::unsupported, "the int4-kivi cache does not evict");
   if (cfg.layout == Layout::contiguous) return std::unique_ptr<KvCache>(new KiviKvCache(cfg));
   if (cfg.block_size <= 0) return make_error(Errc::invalid_argument, "KV cache: the block size must be positive, not {}", cfg.block_size);
-  const std::uint64_t block_bytes = PagedKiviKvCache::block_bytes_of(cfg);
-  std::int64_t max_blocks;
-  if (cfg.max_bytes) {
-    // The windows (one block of f32 per sequence) come out of the budget first.
-    const std::uint64_t windows = PagedKiviKvCache::window_bytes_of(cfg) * static_cast<std::uint64_t>(cfg.max_seqs);
-    max_blocks = cfg.max_bytes > windows ? static_cast<std::int64_t>((cfg.max_bytes - windows) / block_bytes) : 0;
-    if (max_blocks == 0)
-      return make_error(Errc::out_of_range,
-                        "KV cache: the budget of {} bytes is below one block ({} bytes) and the sequences' f32 windows "
-                        "({} bytes)",
-                        cfg.max_bytes, block_bytes, windows);
-  } else {
-    max_blocks = static_cast<std::int64_t>(cfg.max_seqs) * ((cfg.n_ctx + cfg.block_size - 1) / cfg.block_size + 3);
-  }
-  if (max_blocks > (1LL << 31) - 1) max_blocks = (1LL << 31) - 1;
+  // The windows (one block of f32 per sequence) come out of a budget first.
+  LMP_ASSIGN(std::int64_t max_blocks,
+             pool_blocks(cfg, PagedKiviKvCache::block_bytes_of(cfg),
+                         cfg.max_bytes ? PagedKiviKvCache::window_bytes_of(cfg) * static_cast<std::uint64_t>(cfg.max_seqs) : 0));
   return std::unique_ptr<KvCache>(new PagedKiviKvCache(cfg, max_blocks));
 }
 

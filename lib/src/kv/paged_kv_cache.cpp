@@ -20,7 +20,7 @@ class PagedKvCache final : public KvCache {
         bs_(cfg.block_size),
         plane_(static_cast<std::size_t>(cfg.block_size) * fmt_.bytes),
         block_bytes_(plane_ * 2 * static_cast<std::size_t>(cfg.n_layer)),
-        max_blocks_(max_blocks),
+        pool_(block_bytes_, max_blocks, cfg.block_size),
         seqs_(static_cast<std::size_t>(cfg.max_seqs)) {}
 
   Status append(int layer, SeqId seq, std::span<const float> k, std::span<const float> v) override {
@@ -29,12 +29,12 @@ class PagedKvCache final : public KvCache {
     const auto b = static_cast<std::size_t>(i / bs_);
     if (layer == 0) {  // the first layer of a token finds its slot
       if (b == s.table.size()) {
-        LMP_ASSIGN(std::int32_t id, take_block());
+        LMP_ASSIGN(std::int32_t id, pool_.take());
         s.table.push_back(id);
-      } else if (ref_[static_cast<std::size_t>(s.table[b])] > 1) {  // shared: copy before writing
-        LMP_ASSIGN(std::int32_t id, take_block());
+      } else if (pool_.holders(s.table[b]) > 1) {  // shared: copy before writing
+        LMP_ASSIGN(std::int32_t id, pool_.take());
         std::memcpy(block(id), block(s.table[b]), block_bytes_);
-        drop_block(s.table[b]);
+        pool_.drop(s.table[b]);
         s.table[b] = id;
         ++copies_;
       }
@@ -64,10 +64,7 @@ class PagedKvCache final : public KvCache {
     Seq& s = seqs_[static_cast<std::size_t>(seq)];
     for (int& n : len_[static_cast<std::size_t>(seq)]) n = std::min(n, n_keep);
     const auto keep_blocks = static_cast<std::size_t>((n_keep + bs_ - 1) / bs_);
-    while (s.table.size() > keep_blocks) {
-      drop_block(s.table.back());
-      s.table.pop_back();
-    }
+    pool_.drop_from(s.table, keep_blocks);
     return {};
   }
 
@@ -77,17 +74,14 @@ class PagedKvCache final : public KvCache {
     Seq& d = seqs_[static_cast<std::size_t>(dst)];
     d = seqs_[static_cast<std::size_t>(src)];
     len_[static_cast<std::size_t>(dst)] = len_[static_cast<std::size_t>(src)];
-    for (std::int32_t id : d.table)
-      if (id >= 0) ++ref_[static_cast<std::size_t>(id)];
+    pool_.hold_all(d.table);
     return {};
   }
 
   void release(SeqId seq) override {
     if (seq < 0 || seq >= cfg_.max_seqs) return;
     Seq& s = seqs_[static_cast<std::size_t>(seq)];
-    for (std::int32_t id : s.table)
-      if (id >= 0) drop_block(id);
-    s.table.clear();
+    pool_.drop_from(s.table, 0);
     s.freed_upto = 0;
     KvCache::release(seq);
   }
@@ -96,7 +90,7 @@ class PagedKvCache final : public KvCache {
     KvStats st;
     // Used rows per pool block: the most any of its sequences has live in it (a shared
     // block counts once).
-    std::vector<int> rows(storage_.size(), 0);
+    std::vector<int> rows(static_cast<std::size_t>(pool_.taken()), 0);
     for (SeqId q = 0; q < cfg_.max_seqs; ++q) {
       st.tokens += live(q);
       const Seq& s = seqs_[static_cast<std::size_t>(q)];
@@ -113,11 +107,11 @@ class PagedKvCache final : public KvCache {
     std::uint64_t used_rows = 0;
     for (int r : rows) used_rows += static_cast<std::uint64_t>(r);
     st.used = used_rows * 2 * static_cast<std::uint64_t>(cfg_.n_layer) * fmt_.bytes;
-    st.blocks_free = static_cast<std::int64_t>(free_.size());
-    st.blocks_in_use = static_cast<std::int64_t>(storage_.size()) - st.blocks_free;
-    for (int r : ref_) st.blocks_shared += r > 1;
+    st.blocks_free = pool_.free_blocks();
+    st.blocks_in_use = pool_.in_use();
+    st.blocks_shared = pool_.shared();
     st.allocated = static_cast<std::uint64_t>(st.blocks_in_use) * block_bytes_;
-    st.reserved = static_cast<std::uint64_t>(storage_.size()) * block_bytes_;
+    st.reserved = static_cast<std::uint64_t>(pool_.taken()) * block_bytes_;
     st.cow_copies = copies_;
     return st;
   }
@@ -134,30 +128,7 @@ class PagedKvCache final : public KvCache {
     int freed_upto = 0;               // logical blocks below this were checked for eviction
   };
 
-  std::byte* block(std::int32_t id) const { return storage_[static_cast<std::size_t>(id)].get(); }
-
-  Result<std::int32_t> take_block() {
-    std::int32_t id;
-    if (!free_.empty()) {
-      id = free_.back();
-      free_.pop_back();
-    } else {
-      if (static_cast<std::int64_t>(storage_.size()) >= max_blocks_)
-        return make_error(Errc::out_of_range,
-                          "out of KV-cache memory: all {} blocks of {} tokens ({} bytes each) are in use; raise the budget "
-                          "(--kv-memory) or shorten the sequences",
-                          max_blocks_, bs_, block_bytes_);
-      storage_.push_back(std::make_unique_for_overwrite<std::byte[]>(block_bytes_));
-      ref_.push_back(0);
-      id = static_cast<std::int32_t>(storage_.size() - 1);
-    }
-    ref_[static_cast<std::size_t>(id)] = 1;
-    return id;
-  }
-
-  void drop_block(std::int32_t id) {
-    if (--ref_[static_cast<std::size_t>(id)] == 0) free_.push_back(id);
-  }
+  std::byte* block(std::int32_t id) const { return pool_.data(id); }
 
   // Under eviction, the blocks whose tokens have all left (neither sinks nor in the window
   // of the last layer) go back to the pool.
@@ -168,7 +139,7 @@ class PagedKvCache final : public KvCache {
     const int end = lr.w0 / bs_;                // blocks from it on hold window tokens
     for (int b = std::max(first, s.freed_upto); b < end; ++b) {
       std::int32_t& id = s.table[static_cast<std::size_t>(b)];
-      if (id >= 0) drop_block(id);
+      if (id >= 0) pool_.drop(id);
       id = -1;
     }
     s.freed_upto = std::max(s.freed_upto, end);
@@ -186,29 +157,60 @@ class PagedKvCache final : public KvCache {
   int bs_;
   std::size_t plane_;        // bytes of one block's K (or V) rows of one layer: (bs, row)
   std::size_t block_bytes_;  // (n_layer, 2, bs, row)
-  std::int64_t max_blocks_;
-  std::vector<std::unique_ptr<std::byte[]>> storage_;  // the pool, grown on demand
-  std::vector<int> ref_;                               // per block: the tables that hold it
-  std::vector<std::int32_t> free_;
+  BlockPool pool_;
   std::vector<Seq> seqs_;
   std::int64_t copies_ = 0;  // copy-on-write copies made
 };
 
 }  // namespace
 
-Result<std::unique_ptr<KvCache>> make_paged_kv_cache(const KvConfig& cfg) {
-  if (cfg.block_size <= 0) return make_error(Errc::invalid_argument, "KV cache: the block size must be positive, not {}", cfg.block_size);
-  const std::uint64_t block_bytes = bytes_per_token(cfg) * static_cast<std::uint64_t>(cfg.block_size);
+Result<std::int32_t> BlockPool::take() {
+  std::int32_t id;
+  if (!free_.empty()) {
+    id = free_.back();
+    free_.pop_back();
+  } else {
+    if (taken() >= max_blocks_)
+      return make_error(Errc::out_of_range,
+                        "out of KV-cache memory: all {} blocks of {} tokens ({} bytes each) are in use; raise the budget "
+                        "(--kv-memory) or shorten the sequences",
+                        max_blocks_, block_tokens_, block_bytes_);
+    storage_.push_back(std::make_unique_for_overwrite<std::byte[]>(block_bytes_));
+    ref_.push_back(0);
+    id = static_cast<std::int32_t>(storage_.size() - 1);
+  }
+  ref_[static_cast<std::size_t>(id)] = 1;
+  return id;
+}
+
+std::int64_t BlockPool::shared() const {
+  std::int64_t n = 0;
+  for (int r : ref_) n += r > 1;
+  return n;
+}
+
+Result<std::int64_t> pool_blocks(const KvConfig& cfg, std::uint64_t block_bytes, std::uint64_t reserved) {
   std::int64_t max_blocks;
   if (cfg.max_bytes) {
-    max_blocks = static_cast<std::int64_t>(cfg.max_bytes / block_bytes);
-    if (max_blocks == 0)
+    max_blocks = cfg.max_bytes > reserved ? static_cast<std::int64_t>((cfg.max_bytes - reserved) / block_bytes) : 0;
+    if (max_blocks == 0) {
+      if (reserved)
+        return make_error(Errc::out_of_range,
+                          "KV cache: the budget of {} bytes is below one block ({} bytes) and the sequences' f32 windows "
+                          "({} bytes)",
+                          cfg.max_bytes, block_bytes, reserved);
       return make_error(Errc::out_of_range, "KV cache: the budget of {} bytes is below one block ({} bytes)", cfg.max_bytes,
                         block_bytes);
+    }
   } else {
     max_blocks = static_cast<std::int64_t>(cfg.max_seqs) * ((cfg.n_ctx + cfg.block_size - 1) / cfg.block_size + 3);
   }
-  if (max_blocks > (1LL << 31) - 1) max_blocks = (1LL << 31) - 1;
+  return std::min<std::int64_t>(max_blocks, (std::int64_t{1} << 31) - 1);
+}
+
+Result<std::unique_ptr<KvCache>> make_paged_kv_cache(const KvConfig& cfg) {
+  if (cfg.block_size <= 0) return make_error(Errc::invalid_argument, "KV cache: the block size must be positive, not {}", cfg.block_size);
+  LMP_ASSIGN(std::int64_t max_blocks, pool_blocks(cfg, bytes_per_token(cfg) * static_cast<std::uint64_t>(cfg.block_size)));
   return std::unique_ptr<KvCache>(new PagedKvCache(cfg, max_blocks));
 }
 
