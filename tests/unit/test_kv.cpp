@@ -170,6 +170,41 @@ TEST_CASE("bytes per token: the formula of the reference numbers", "[kv]") {
   CHECK(bytes_per_token(c) == 320 * 1024);
 }
 
+namespace {
+// Random appends, forks, truncations and releases, the same on two caches of one config
+// (`a` and `b`): of every `ops` draws, `appends` append (through `append`, which must
+// give both caches the same token), two fork, one truncates and the rest release; both
+// must accept or refuse alike. `check` runs after every step.
+template <class Append, class Check>
+void random_ops(KvCache& a, KvCache& b, unsigned seed, int steps, int ops, int appends, Append&& append, Check&& check) {
+  const KvConfig& cfg = a.config();
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick_seq(0, cfg.max_seqs - 1), pick_op(0, ops - 1);
+  for (int step = 0; step < steps; ++step) {
+    const SeqId s = pick_seq(rng);
+    const int op = pick_op(rng);
+    if (op < appends) {
+      const bool room = a.length(s) < cfg.n_ctx;
+      REQUIRE(append(a, s).ok() == room);
+      REQUIRE(append(b, s).ok() == room);
+    } else if (op < appends + 2) {
+      const SeqId d = pick_seq(rng);
+      const bool can = d == s || a.length(d) == 0;
+      REQUIRE(a.fork(s, d).ok() == can);
+      REQUIRE(b.fork(s, d).ok() == can);
+    } else if (op == appends + 2) {
+      const int keep = std::uniform_int_distribution<int>(0, std::max(a.length(s), 1))(rng);
+      REQUIRE(a.truncate(s, keep).ok());
+      REQUIRE(b.truncate(s, keep).ok());
+    } else {
+      a.release(s);
+      b.release(s);
+    }
+    check();
+  }
+}
+}  // namespace
+
 TEST_CASE("paged equals contiguous over random append, fork, truncate and release", "[kv][paged]") {
   for (KvType t : {KvType::f32, KvType::int8, KvType::int4}) {
     for (int bs : {1, 3, 16}) {
@@ -185,31 +220,9 @@ TEST_CASE("paged equals contiguous over random append, fork, truncate and releas
       auto contiguous = must(make_kv_cache(cfg));
       cfg.layout = Layout::paged;
       auto paged = must(make_kv_cache(cfg));
-      std::mt19937 rng(static_cast<unsigned>(bs * 31 + static_cast<int>(t)));
-      std::uniform_int_distribution<int> pick_seq(0, cfg.max_seqs - 1), pick_op(0, 9);
       int token = 0;
-      for (int step = 0; step < 1500; ++step) {
-        const SeqId s = pick_seq(rng);
-        const int op = pick_op(rng);
-        if (op < 6) {
-          const bool room = contiguous->length(s) < cfg.n_ctx;
-          auto a = put(*contiguous, s, ++token);
-          auto b = put(*paged, s, token);
-          REQUIRE(a.ok() == room);
-          REQUIRE(b.ok() == room);
-        } else if (op < 8) {
-          const SeqId d = pick_seq(rng);
-          const bool can = d == s || contiguous->length(d) == 0;
-          REQUIRE(contiguous->fork(s, d).ok() == can);
-          REQUIRE(paged->fork(s, d).ok() == can);
-        } else if (op == 8) {
-          const int keep = std::uniform_int_distribution<int>(0, std::max(contiguous->length(s), 1))(rng);
-          REQUIRE(contiguous->truncate(s, keep).ok());
-          REQUIRE(paged->truncate(s, keep).ok());
-        } else {
-          contiguous->release(s);
-          paged->release(s);
-        }
+      auto append = [&](KvCache& c, SeqId s) { return put(c, s, &c == contiguous.get() ? ++token : token); };
+      random_ops(*contiguous, *paged, static_cast<unsigned>(bs * 31 + static_cast<int>(t)), 1500, 10, 6, append, [&] {
         for (SeqId q = 0; q < cfg.max_seqs; ++q) {
           REQUIRE(contiguous->length(q) == paged->length(q));
           for (int l = 0; l < cfg.n_layer; ++l) REQUIRE(rows_of(*contiguous, l, q) == rows_of(*paged, l, q));
@@ -222,7 +235,7 @@ TEST_CASE("paged equals contiguous over random append, fork, truncate and releas
         REQUIRE(ps.used <= ps.allocated);
         REQUIRE(ps.allocated - ps.used < static_cast<std::uint64_t>(std::max<std::int64_t>(ps.blocks_in_use, 1)) *
                                               static_cast<std::uint64_t>(bs) * bytes_per_token(cfg));
-      }
+      });
       for (SeqId q = 0; q < cfg.max_seqs; ++q) paged->release(q);
       const KvStats st = paged->stats();
       CHECK(st.blocks_in_use == 0);
@@ -475,28 +488,9 @@ TEST_CASE("int4-kivi paged equals int4-kivi contiguous over random operations; b
   auto contiguous = must(make_kv_cache(cfg));
   cfg.layout = Layout::paged;
   auto paged = must(make_kv_cache(cfg));
-  std::mt19937 rng(41), ra(7), rb(7);
-  std::uniform_int_distribution<int> pick_seq(0, cfg.max_seqs - 1), pick_op(0, 19);
-  for (int step = 0; step < 3000; ++step) {
-    const SeqId s = pick_seq(rng);
-    const int op = pick_op(rng);
-    if (op < 16) {
-      const bool room = contiguous->length(s) < cfg.n_ctx;
-      REQUIRE(put_random(*contiguous, s, ra).ok() == room);
-      REQUIRE(put_random(*paged, s, rb).ok() == room);
-    } else if (op < 18) {
-      const SeqId d = pick_seq(rng);
-      const bool can = d == s || contiguous->length(d) == 0;
-      REQUIRE(contiguous->fork(s, d).ok() == can);
-      REQUIRE(paged->fork(s, d).ok() == can);
-    } else if (op == 18) {
-      const int keep = std::uniform_int_distribution<int>(0, std::max(contiguous->length(s), 1))(rng);
-      REQUIRE(contiguous->truncate(s, keep).ok());
-      REQUIRE(paged->truncate(s, keep).ok());
-    } else {
-      contiguous->release(s);
-      paged->release(s);
-    }
+  std::mt19937 ra(7), rb(7);  // (the same random tokens for both)
+  auto append = [&](KvCache& c, SeqId s) { return put_random(c, s, &c == contiguous.get() ? ra : rb); };
+  random_ops(*contiguous, *paged, 41, 3000, 20, 16, append, [&] {
     for (SeqId q = 0; q < cfg.max_seqs; ++q) {
       REQUIRE(contiguous->length(q) == paged->length(q));
       for (int l = 0; l < cfg.n_layer; ++l) REQUIRE(kivi_rows_of(*contiguous, l, q) == kivi_rows_of(*paged, l, q));
@@ -507,7 +501,7 @@ TEST_CASE("int4-kivi paged equals int4-kivi contiguous over random operations; b
     const KvStats ps = paged->stats();
     REQUIRE(ps.blocks_in_use <= bound);
     REQUIRE(ps.used <= ps.allocated);
-  }
+  });
   for (SeqId q = 0; q < cfg.max_seqs; ++q) paged->release(q);
   CHECK(paged->stats().blocks_in_use == 0);
   CHECK(paged->stats().allocated == 0);
