@@ -139,7 +139,7 @@ class Cursor {
   // At byte offset `at` of d's source, reading no further than `end`.
   Cursor(const Document& d, std::size_t at, std::size_t end);
   void skip_ws();
-  // The next byte (after no whitespace), or 0 at the end.
+  // The byte at the cursor, no whitespace skipped; 0 at the end.
   char peek() const { return p_ < end_ ? src_[p_] : '\0'; }
   // Skips whitespace; then, if the next byte is c, takes it.
   bool eat(char c) {
