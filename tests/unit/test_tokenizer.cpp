@@ -27,6 +27,22 @@ std::unique_ptr<Tokenizer> small_tokenizer(const char* pre_name, bool all_bytes)
   return std::move(t).value();
 }
 
+// A byte-level BPE (cl100k split, every byte in the alphabet) trained on `corpus`, as
+// tokenizer.json text.
+std::string trained_json(const std::string& corpus, std::size_t vocab_size) {
+  auto pre = make_pre_tokenizer("cl100k");
+  REQUIRE(pre.ok());
+  WordCounter wc(*pre.value(), 1);
+  wc.add(corpus);
+  BpeTrainerConfig cfg;
+  cfg.vocab_size = vocab_size;
+  cfg.initial_alphabet_bytes = true;
+  TrainReport rep;
+  auto trained = train_bpe(wc.take(), cfg, std::move(pre).value(), rep);
+  REQUIRE(trained.ok());
+  return to_tokenizer_json(*trained.value());
+}
+
 std::vector<TokenId> encode(const Tokenizer& t, std::string_view s, bool special = true) {
   Session sess(t);
   std::vector<TokenId> ids;
@@ -75,20 +91,10 @@ TEST_CASE("a written tokenizer.json loads back and encodes the same", "[tok]") {
 
 TEST_CASE("a tokenizer.json loaded on 1-4 threads is the same tokenizer", "[tok][threads]") {
   // A vocabulary large enough that every thread has merges and slots of its own.
-  auto pre = make_pre_tokenizer("cl100k");
-  REQUIRE(pre.ok());
-  WordCounter wc(*pre.value(), 1);
   std::mt19937 rng(4);
   std::string corpus;
   for (int i = 0; i < 20000; ++i) corpus += "the quick brown 中文字符 fox jumps 12345 over"[rng() % 45];
-  wc.add(corpus);
-  BpeTrainerConfig cfg;
-  cfg.vocab_size = 1200;
-  cfg.initial_alphabet_bytes = true;
-  TrainReport rep;
-  auto trained = train_bpe(wc.take(), cfg, std::move(pre).value(), rep);
-  REQUIRE(trained.ok());
-  std::string j = to_tokenizer_json(*trained.value());
+  std::string j = trained_json(corpus, 1200);
   auto one = load_tokenizer_json(j, "t.json", 1);
   REQUIRE(one.ok());
   for (int threads = 2; threads <= 4; ++threads) {
@@ -422,21 +428,11 @@ TEST_CASE("tokenizer.json merges: read raw on 1-4 threads, in every form, errors
 // that meet such a piece meanwhile encode it whole. Either way the ids are the same: four
 // threads on a fresh tokenizer against one whose trie is made.
 TEST_CASE("long CJK pieces encode the same while the span trie is being made", "[tok][threads]") {
-  auto pre = make_pre_tokenizer("cl100k");
-  REQUIRE(pre.ok());
-  WordCounter wc(*pre.value(), 1);
   std::mt19937 rng(8);
   const std::vector<std::string> han = {"中", "文", "字", "符", "的", "是", "人", "大", "国", "语"};
   std::string corpus;
   for (int i = 0; i < 20000; ++i) corpus += i % 9 == 8 ? std::string(" ") : han[rng() % han.size()];
-  wc.add(corpus);
-  BpeTrainerConfig cfg;
-  cfg.vocab_size = 600;
-  cfg.initial_alphabet_bytes = true;
-  TrainReport rep;
-  auto trained = train_bpe(wc.take(), cfg, std::move(pre).value(), rep);
-  REQUIRE(trained.ok());
-  const std::string j = to_tokenizer_json(*trained.value());
+  const std::string j = trained_json(corpus, 600);
   auto ref = load_tokenizer_json(j, "r.json", 1);
   REQUIRE(ref.ok());
   std::vector<std::string> texts;
