@@ -99,12 +99,21 @@ TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]"
         // weights included: a prefetch does not fault).
         for (std::size_t pd : {std::size_t{0}, std::size_t{64}, std::size_t{1} << 20}) {
           set_prefetch_distance(pd);
-          CHECK(prefetch_distance() == pd);
+          CHECK(prefetch_distance(false) == pd);
+          CHECK(prefetch_distance(true) == pd);
           std::vector<float> again(rows);
           matvec(again.data(), w, x, &xq, 0, rows);
           CHECK(again == one);
         }
-        set_prefetch_distance(kDefaultPrefetch);
+        reset_prefetch_distance();
+        // The f32 and f16 rows' 256-bit and 512-bit kernels, each whatever this CPU would pick.
+        std::vector<std::pair<const char*, std::vector<float>>> widths;
+        for (auto [name, k] : {std::pair{"256-bit", FloatRows::avx2}, std::pair{"512-bit", FloatRows::avx512}}) {
+          set_float_rows(k);
+          widths.emplace_back(name, std::vector<float>(rows));
+          matvec(widths.back().second.data(), w, x, &xq, 0, rows);
+        }
+        set_float_rows(FloatRows::automatic);
         for (int i = 0; i < rows; ++i) {
           std::vector<float> row(cols);
           to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, row.data(), cols);
@@ -115,6 +124,10 @@ TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]"
           const double tol = (t == DType::q8_0 || t == DType::q4_0) ? 0.1 : 1e-4;
           CHECK(static_cast<double>(batch[static_cast<std::size_t>(tok * rows + i)]) == Approx(want).margin(1e-4));
           CHECK(static_cast<double>(one[static_cast<std::size_t>(i)]) == Approx(want).margin(tol));
+          for (const auto& [name, other] : widths) {
+            INFO(name << " streams");
+            CHECK(static_cast<double>(other[static_cast<std::size_t>(i)]) == Approx(want).margin(tol));
+          }
         }
       }
     }

@@ -9,7 +9,7 @@ namespace lmp::cpu {
 namespace {
 
 struct Features {
-  bool avx2 = false, avx512 = false, vnni = false;
+  bool avx2 = false, avx512 = false, vnni = false, halves = false;
 };
 
 std::uint64_t xgetbv0() {
@@ -33,6 +33,13 @@ Features detect() {
   const bool zmm_state = (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM
   f.avx512 = f.avx2 && zmm_state && avx512f && avx512vl;
   f.vnni = f.avx512 && avx512bw && vnni;
+  // Vendor "AuthenticAMD" (in EBX, EDX, ECX of leaf 0), family 19h (base 0xF + extended 0xA).
+  unsigned top = 0, v0 = 0, v1 = 0, v2 = 0;
+  if (f.avx512 && __get_cpuid(0, &top, &v0, &v2, &v1) && v0 == 0x68747541u && v1 == 0x69746e65u && v2 == 0x444d4163u &&
+      __get_cpuid(1, &a, &b, &c, &d)) {
+    const unsigned family = ((a >> 8) & 0xFu) + ((a >> 20) & 0xFFu);
+    f.halves = family == 0x19;
+  }
   return f;
 }
 
@@ -46,5 +53,6 @@ const Features& features() {
 bool avx2() { return features().avx2; }
 bool avx512() { return features().avx512; }
 bool avx512_vnni() { return features().vnni; }
+bool avx512_halves() { return features().halves; }
 
 }  // namespace lmp::cpu

@@ -93,13 +93,27 @@ void rope(float* v, int n_head, int head_dim, int pos, float theta, RopeLayout l
 // this far ahead of those they read (0: none, the hardware prefetcher alone). The loads
 // of a q8_0 or f16 row wait on memory: the out-of-order window covers only some hundred
 // bytes ahead, so without a prefetch far enough ahead a core keeps too few lines in
-// flight to reach the memory bandwidth. Process-wide, default kDefaultPrefetch (the
-// distances measured: docs/benchmarks.md); generate --prefetch sets it.
+// flight to reach the memory bandwidth. Process-wide. By default kDefaultPrefetch for
+// every row type, except f32, f16 and bf16 rows on a CPU that splits AVX-512 in halves
+// (cpu::avx512_halves: Zen 4), which go without: there the hardware prefetcher keeps up
+// with them and the prefetches cost 15-25% of the speed (the distances measured:
+// docs/benchmarks.md). set_prefetch_distance (generate --prefetch) sets one distance for
+// every row type; reset_prefetch_distance goes back to the defaults.
 inline constexpr std::size_t kDefaultPrefetch = 4096;
 void set_prefetch_distance(std::size_t bytes);
-std::size_t prefetch_distance();
+void reset_prefetch_distance();
+// The distance in force for f32, f16 and bf16 rows (float_rows) or for q8_0 and q4_0 ones.
+std::size_t prefetch_distance(bool float_rows);
 
-// Which kernels this CPU runs: "avx512-vnni", "avx2", or "scalar".
+// How matvec streams f32 and f16 rows: automatic = 512-bit registers where the CPU has
+// AVX-512 and runs it whole, 256-bit ones (the AVX2 kernels) where it splits it in halves.
+// Process-wide; the unit tests take each path in turn on any CPU. avx512 without AVX-512
+// is avx2.
+enum class FloatRows { automatic, avx2, avx512 };
+void set_float_rows(FloatRows k);
+
+// Which kernels this CPU runs: "avx512-vnni", "avx512-vnni (f32, f16: avx2)", "avx2",
+// or "scalar".
 const char* kernel_name();
 
 }  // namespace lmp::model
