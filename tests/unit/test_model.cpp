@@ -74,8 +74,9 @@ TEST_CASE("the thread pool runs every index once, again and again", "[model][poo
 TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]") {
   Rng r(3);
   // Row lengths that reach every loop of the kernels: 96 = 64 + 2·16; 288 (stories15M) =
-  // 4·64 + 2·16; 109 = 64 + 2·16 + 8 + 5 (the float types only: q8_0 and q4_0 come in 32s).
-  for (const int cols : {96, 288, 109}) {
+  // 4·64 + 2·16; 109 = 64 + 2·16 + 8 + 5 (the float types only: q8_0 and q4_0 come in 32s);
+  // 4123 = 257·16 + 8 + 3, a long row (four rows at a time on the AVX2 path).
+  for (const int cols : {96, 288, 109, 4123}) {
     for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0}) {
       if (cols % 32 != 0 && (t == DType::q8_0 || t == DType::q4_0)) continue;
       INFO(dtype_name(t) << ", " << cols << " columns");
@@ -114,6 +115,13 @@ TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]"
           matvec(widths.back().second.data(), w, x, &xq, 0, rows);
         }
         set_float_rows(FloatRows::automatic);
+        // Rows split between threads at any row give the same bits.
+        for (int cut : {1, 5, 6}) {
+          std::vector<float> split(rows);
+          matvec(split.data(), w, x, &xq, 0, cut);
+          matvec(split.data() + cut, w, x, &xq, cut, rows);
+          CHECK(split == one);
+        }
         for (int i = 0; i < rows; ++i) {
           std::vector<float> row(cols);
           to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, row.data(), cols);
