@@ -70,19 +70,31 @@ __attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-__attribute__((target("avx2,fma"))) float dot_f32_avx2(const float* a, const float* x, std::int64_t n, std::ptrdiff_t pd) {
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* a) { return _mm256_loadu_ps(a); }
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const std::uint16_t* a) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+}
+__attribute__((target("avx2,fma,f16c"))) inline float load1(const float* a) { return *a; }
+__attribute__((target("avx2,fma,f16c"))) inline float load1(const std::uint16_t* a) { return _cvtsh_ss(*a); }
+
+// An f32 or f16 row against x in 256-bit registers: four accumulators of 8, 32 numbers a
+// step (the f16 kernel with two accumulators read 10% slower on Zen 4), the prefetch one
+// step's lines ahead.
+template <class T>
+__attribute__((target("avx2,fma,f16c"))) float dot_avx2(const T* a, const float* x, std::int64_t n, std::ptrdiff_t pd) {
+  constexpr int lines = static_cast<int>(32 * sizeof(T) / 64);
   __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   std::int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    prefetch_ahead(a + i, pd, 2);
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(x + i + 8), s1);
-    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(x + i + 16), s2);
-    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(x + i + 24), s3);
+    prefetch_ahead(a + i, pd, lines);
+    s0 = _mm256_fmadd_ps(load8(a + i), _mm256_loadu_ps(x + i), s0);
+    s1 = _mm256_fmadd_ps(load8(a + i + 8), _mm256_loadu_ps(x + i + 8), s1);
+    s2 = _mm256_fmadd_ps(load8(a + i + 16), _mm256_loadu_ps(x + i + 16), s2);
+    s3 = _mm256_fmadd_ps(load8(a + i + 24), _mm256_loadu_ps(x + i + 24), s3);
   }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), s0);
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(load8(a + i), _mm256_loadu_ps(x + i), s0);
   float s = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-  for (; i < n; ++i) s += a[i] * x[i];
+  for (; i < n; ++i) s += load1(a + i) * x[i];
   return s;
 }
 
@@ -139,26 +151,6 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) float dot_f16_avx512(const std:
   return s;
 }
 
-__attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const std::uint16_t* a, const float* x, std::int64_t n,
-                                                           std::ptrdiff_t pd) {
-  // Four accumulators of 8: one cache line of weights a step, and no chain of multiply-adds
-  // that waits on the one before (two accumulators read 10% slower on Zen 4).
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  std::int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    prefetch_ahead(a + i, pd, 1);
-    s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))), _mm256_loadu_ps(x + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8))), _mm256_loadu_ps(x + i + 8), s1);
-    s2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 16))), _mm256_loadu_ps(x + i + 16), s2);
-    s3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 24))), _mm256_loadu_ps(x + i + 24), s3);
-  }
-  for (; i + 8 <= n; i += 8)
-    s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))), _mm256_loadu_ps(x + i), s0);
-  float s = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-  for (; i < n; ++i) s += _cvtsh_ss(a[i]) * x[i];
-  return s;
-}
-
 // Four rows against x at once, for long rows on the AVX2 path: x's 8 numbers are loaded
 // once for the four. A row of 5632 (TinyLlama's down projection) with its x of 22 KB does
 // not fit L1 beside the weights streamed through it, so a row at a time reads x from L2
@@ -168,12 +160,6 @@ __attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const std::uint16_t*
 // its last row), so results do not depend on how the rows were split between threads.
 inline constexpr std::int64_t kLongRow = 4096;
 
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* a) { return _mm256_loadu_ps(a); }
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const std::uint16_t* a) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
-}
-__attribute__((target("avx2,fma,f16c"))) inline float load1(const float* a) { return *a; }
-__attribute__((target("avx2,fma,f16c"))) inline float load1(const std::uint16_t* a) { return _cvtsh_ss(*a); }
 
 template <class T>
 __attribute__((target("avx2,fma,f16c"))) void dot4_avx2(const T* const (&a)[4], const float* x, std::int64_t n, float* out) {
@@ -354,13 +340,13 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
     switch (w.dtype) {
       case DType::f32: {
         const auto* a = reinterpret_cast<const float*>(row);
-        s = avx512 ? dot_f32_avx512(a, x, n, pd) : avx2 ? dot_f32_avx2(a, x, n, pd) : dot_f32_scalar(a, x, n);
+        s = avx512 ? dot_f32_avx512(a, x, n, pd) : avx2 ? dot_avx2(a, x, n, pd) : dot_f32_scalar(a, x, n);
         break;
       }
       case DType::f16: {
         const auto* a = reinterpret_cast<const std::uint16_t*>(row);
         if (avx512) s = dot_f16_avx512(a, x, n, pd);
-        else if (avx2) s = dot_f16_avx2(a, x, n, pd);
+        else if (avx2) s = dot_avx2(a, x, n, pd);
         else
           for (std::int64_t i = 0; i < n; ++i) s += f16_to_f32(a[i]) * x[i];
         break;
@@ -457,7 +443,7 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
   }
 }
 
-float dot(const float* a, const float* b, int n) { return cpu::avx2() ? dot_f32_avx2(a, b, n, 0) : dot_f32_scalar(a, b, n); }
+float dot(const float* a, const float* b, int n) { return cpu::avx2() ? dot_avx2(a, b, n, 0) : dot_f32_scalar(a, b, n); }
 
 void axpy(float* y, float alpha, const float* x, int n) {
   if (cpu::avx2()) return axpy_avx2(y, alpha, x, n);
