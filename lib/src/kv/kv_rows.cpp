@@ -406,6 +406,15 @@ void load_row(const RowFormat& f, float* x, const std::byte* row) {
   for (int i = 0; i < f.kv_dim; ++i) x[i] = number_at(f, row, i);
 }
 
+void prefetch_rows(const RowFormat& f, const std::byte* rows, int n, int off, int hd) {
+  const std::size_t first = data_offset(f, off), last = data_offset(f, off + hd) - 1;
+  for (int j = 0; j < std::min(n, 16); ++j) {
+    const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
+    for (std::size_t b = first & ~std::size_t{63}; b <= last; b += 64) _mm_prefetch(reinterpret_cast<const char*>(r + b), _MM_HINT_T0);
+    if (f.scales) _mm_prefetch(reinterpret_cast<const char*>(r), _MM_HINT_T0);
+  }
+}
+
 void row_scores(const RowFormat& f, float* att, const float* q, const std::byte* rows, int n, int off, int hd, float scale) {
   if (simd_ok(f, hd)) {
     switch (f.type) {

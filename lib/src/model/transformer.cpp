@@ -183,10 +183,21 @@ void Transformer::attend_head(int h, int pos, int n_visible, const float* q, flo
   const int kv_off = (h / (c.n_head / c.n_kv_head)) * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   float q_moved[kMaxHeadDim], q_scaled[kMaxHeadDim];
+  // The next block's rows of this head, asked for while the current block is read (blocks
+  // of the paged cache lie anywhere: no prefetcher follows from one to the next).
+  auto prefetch_next = [&](std::size_t i, int t_next, bool keys) {
+    if (i + 1 >= blocks.size() || t_next >= n_visible) return;
+    const kv::KvBlock& nb = blocks[i + 1];
+    const kv::RowFormat& f = keys ? (nb.kfmt ? *nb.kfmt : fmt) : (nb.vfmt ? *nb.vfmt : fmt);
+    const std::byte* base = keys ? nb.k : nb.v;
+    kv::prefetch_rows(f, base + static_cast<std::size_t>(nb.begin) * f.bytes, std::min(nb.size(), n_visible - t_next), kv_off, hd);
+  };
   int t = 0;
-  for (const auto& b : blocks) {
+  for (std::size_t bi = 0; bi < blocks.size(); ++bi) {
+    const kv::KvBlock& b = blocks[bi];
     const int m = std::min(b.size(), n_visible - t);
     if (m <= 0) break;
+    prefetch_next(bi, t + m, true);
     const kv::RowFormat& kf = b.kfmt ? *b.kfmt : fmt;
     const float* qq = q;
     if (b.q_pos >= 0 && b.q_pos != pos) {
@@ -204,9 +215,11 @@ void Transformer::attend_head(int h, int pos, int n_visible, const float* q, flo
   softmax(att, t);
   std::fill(out, out + hd, 0.0f);
   t = 0;
-  for (const auto& b : blocks) {
+  for (std::size_t bi = 0; bi < blocks.size(); ++bi) {
+    const kv::KvBlock& b = blocks[bi];
     const int m = std::min(b.size(), n_visible - t);
     if (m <= 0) break;
+    prefetch_next(bi, t + m, false);
     const kv::RowFormat& vf = b.vfmt ? *b.vfmt : fmt;
     kv::row_accumulate(vf, out, att + t, b.v + static_cast<std::size_t>(b.begin) * vf.bytes, m, kv_off, hd);
     t += m;
