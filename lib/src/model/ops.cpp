@@ -160,13 +160,16 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) float dot_f16_avx512(const std:
 // its last row), so results do not depend on how the rows were split between threads.
 inline constexpr std::int64_t kLongRow = 4096;
 
-
 template <class T>
-__attribute__((target("avx2,fma,f16c"))) void dot4_avx2(const T* const (&a)[4], const float* x, std::int64_t n, float* out) {
+__attribute__((target("avx2,fma,f16c"))) void dot4_avx2(const T* const (&a)[4], const float* x, std::int64_t n,
+                                                       std::ptrdiff_t pd, float* out) {
+  constexpr std::int64_t per_line = 64 / static_cast<std::int64_t>(sizeof(T));  // numbers a cache line
   __m256 s[4][2];
   for (auto& r : s) r[0] = r[1] = _mm256_setzero_ps();
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    if (i % per_line == 0)
+      for (int r = 0; r < 4; ++r) prefetch_ahead(a[r] + i, pd, 1);
     const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
     for (int r = 0; r < 4; ++r) {
       s[r][0] = _mm256_fmadd_ps(load8(a[r] + i), x0, s[r][0]);
@@ -186,13 +189,13 @@ __attribute__((target("avx2,fma,f16c"))) void dot4_avx2(const T* const (&a)[4], 
 
 // Rows [lo, hi) of a long-rowed f32 or f16 weight through dot4_avx2.
 template <class T>
-void matvec4(float* out, const Weight& w, const float* x, std::int64_t lo, std::int64_t hi) {
+void matvec4(float* out, const Weight& w, const float* x, std::int64_t lo, std::int64_t hi, std::ptrdiff_t pd) {
   for (std::int64_t r = lo; r < hi; r += 4) {
     const T* rows[4];
     for (int k = 0; k < 4; ++k)
       rows[k] = reinterpret_cast<const T*>(w.data + static_cast<std::size_t>(std::min(r + k, hi - 1)) * w.row_bytes);
     float t[4];
-    dot4_avx2<T>(rows, x, w.cols, t);
+    dot4_avx2<T>(rows, x, w.cols, pd, t);
     for (std::int64_t k = 0; k < 4 && r + k < hi; ++k) out[r + k - lo] = t[k];
   }
 }
@@ -331,8 +334,8 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
   const bool float_rows = w.dtype == DType::f32 || w.dtype == DType::f16 || w.dtype == DType::bf16;
   const auto pd = static_cast<std::ptrdiff_t>(prefetch_distance(float_rows));
   if (!avx512 && avx2 && n >= kLongRow) {
-    if (w.dtype == DType::f32) return matvec4<float>(out, w, x, lo, hi);
-    if (w.dtype == DType::f16) return matvec4<std::uint16_t>(out, w, x, lo, hi);
+    if (w.dtype == DType::f32) return matvec4<float>(out, w, x, lo, hi, pd);
+    if (w.dtype == DType::f16) return matvec4<std::uint16_t>(out, w, x, lo, hi, pd);
   }
   for (std::int64_t r = lo; r < hi; ++r) {
     const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes;
