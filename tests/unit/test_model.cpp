@@ -422,3 +422,34 @@ TEST_CASE("q8_0 matvec equals its integer sums at every row length", "[model][op
     }
   }
 }
+
+TEST_CASE("quantize_activation: q = lround(x / d), d = max |x| / 127 per block of 32, halves away from zero", "[model][ops]") {
+  Rng r(31);
+  auto check = [](const std::vector<float>& x) {
+    QuantizedVec xq;
+    quantize_activation(xq, x.data(), x.size());
+    REQUIRE(xq.q.size() == x.size() / 32 * 32);
+    for (std::size_t b = 0; b < x.size() / 32; ++b) {
+      float amax = 0;
+      for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+      const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+      REQUIRE(xq.d[b] == d);
+      for (std::size_t j = 0; j < 32; ++j) {
+        INFO("block " << b << ", x = " << x[b * 32 + j]);
+        REQUIRE(int{xq.q[b * 32 + j]} == static_cast<int>(std::lround(x[b * 32 + j] * id)));
+      }
+    }
+  };
+  // amax 127 makes d = 1: the numbers are their own quotients, halfway cases included.
+  std::vector<float> halves = {127.0f, 2.5f,  -2.5f, 0.5f,  -0.5f, 1.5f, -1.5f, 0.49999997f, -0.49999997f, 126.5f,
+                               -126.5f, 1.4999999f, 0.0f, -0.0f, 3.5000002f, -64.5f};
+  halves.resize(32, 7.5f);
+  check(halves);
+  CHECK(int{[&] { QuantizedVec q; quantize_activation(q, halves.data(), 32); return q.q[1]; }()} == 3);
+  check(std::vector<float>(64, 0.0f));  // all zero: d = 0, q = 0
+  for (const std::size_t n : {32u, 64u, 96u, 768u, 2048u, 5632u}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = static_cast<float>((r.uniform() * 2 - 1) * std::pow(10.0, r.uniform() * 6 - 3));
+    check(x);
+  }
+}

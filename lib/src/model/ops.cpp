@@ -309,10 +309,46 @@ const char* kernel_name() {
   return cpu::avx2() ? "avx2" : "scalar";
 }
 
+namespace {
+// quantize_activation's blocks in 256-bit registers, the same bytes as its scalar loop:
+// lround is half away from zero, done here as trunc plus one away from zero where the
+// dropped fraction is at least 0.5 (y - trunc(y) is exact). The scalar loop called lround
+// per number and took 2% of a q8_0 decode step on the main thread while the others waited.
+__attribute__((target("avx2"))) void quantize_blocks_avx2(std::int8_t* q, float* d, const float* x, std::size_t nb) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
+  for (std::size_t b = 0; b < nb; ++b, x += 32, q += 32) {
+    __m256 v[4];
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float db = _mm_cvtss_f32(m4) / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+    d[b] = db;
+    __m256i r[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256 y = _mm256_mul_ps(v[k], _mm256_set1_ps(id));
+      const __m256 t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(y, t)), half, _CMP_GE_OQ);
+      const __m256 away = _mm256_or_ps(one, _mm256_and_ps(sign, y));  // ±1, the sign of y
+      r[k] = _mm256_cvttps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, away)));
+    }
+    // 32 int32 in [-127, 127] to bytes: the packs work within 128-bit lanes, the permute
+    // puts the lanes back in order.
+    const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+}
+}  // namespace
+
 void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
   const std::size_t nb = n / 32;
   out.q.resize(nb * 32);
   out.d.resize(nb);
+  if (cpu::avx2()) return quantize_blocks_avx2(out.q.data(), out.d.data(), x, nb);
   for (std::size_t b = 0; b < nb; ++b) {
     float amax = 0;
     for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
