@@ -17,6 +17,7 @@ namespace lmp::kvbench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int kDecodeRounds = 3;
 
 struct Request {
   int prompt = 0, total = 0;
@@ -118,23 +119,49 @@ Result<SimResult> serve(const std::vector<Request>& reqs, int ctx, int bs, std::
   return r;
 }
 
-// Decode tokens/s with `kc`'s storage after a prompt of `ctx` tokens (median of 3).
-Result<double> decode_speed(model::Transformer& m, ThreadPool& pool, kv::KvConfig kc, int ctx, int n) {
+// Decode speed of paged caches against the contiguous one: every cache (`configs[0]` the
+// contiguous) is filled with the same prompt of `ctx` tokens, then `rounds` rounds each
+// decode `n` tokens on every cache in turn, the first cache of a round moving by one each
+// round. Each paged cache's figure is the median over the rounds of its tok/s over the
+// contiguous cache's in the same round: hosts whose speed drifts within minutes moved the
+// ratio by up to a tenth when the contiguous cache was measured first and the blocks after.
+// The caches are all held at once (one per configuration). Returns the contiguous cache's
+// median tok/s, then the ratios, configs[1..] in order.
+Result<std::vector<double>> decode_ratios(model::Transformer& m, ThreadPool& pool, std::vector<kv::KvConfig> configs, int ctx,
+                                          int n, int rounds, cli::Progress& progress) {
   const model::Config& c = m.config();
   std::vector<TokenId> prompt;
   for (int i = 0; i < ctx; ++i) prompt.push_back(static_cast<TokenId>(1 + (i * 7919) % (c.n_vocab - 1)));
-  kc.n_ctx = ctx + n;
-  std::vector<double> runs;
   std::vector<float> logits(static_cast<std::size_t>(c.n_vocab));
-  LMP_ASSIGN(auto cache, kv::make_kv_cache(kc));
-  LMP_TRY(m.forward_batch(prompt, 0, *cache, logits.data(), pool));
-  for (int rep = 0; rep < 3; ++rep) {
-    LMP_TRY(cache->truncate(0, ctx));
-    auto t0 = Clock::now();
-    for (int i = 0; i < n; ++i) LMP_TRY(m.forward(static_cast<TokenId>(1 + i % 100), ctx + i, *cache, logits.data(), pool));
-    runs.push_back(n / std::chrono::duration<double>(Clock::now() - t0).count());
+  std::vector<std::unique_ptr<kv::KvCache>> caches;
+  for (auto& kc : configs) {
+    progress.update(0, "decode: prompts");
+    kc.n_ctx = ctx + n;
+    LMP_ASSIGN(auto cache, kv::make_kv_cache(kc));
+    LMP_TRY(m.forward_batch(prompt, 0, *cache, logits.data(), pool));
+    caches.push_back(std::move(cache));
   }
-  return median(runs);
+  const std::size_t k = caches.size();
+  std::vector<std::vector<double>> speed(k), ratio(k);
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<double> now(k);
+    progress.update(static_cast<double>(r) / rounds, fmt::format("decode: round {} of {}", r + 1, rounds));
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::size_t ci = (j + static_cast<std::size_t>(r)) % k;
+      kv::KvCache& cache = *caches[ci];
+      LMP_TRY(cache.truncate(0, ctx));
+      const auto t0 = Clock::now();
+      for (int i = 0; i < n; ++i) LMP_TRY(m.forward(static_cast<TokenId>(1 + i % 100), ctx + i, cache, logits.data(), pool));
+      now[ci] = n / std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    for (std::size_t ci = 0; ci < k; ++ci) {
+      speed[ci].push_back(now[ci]);
+      ratio[ci].push_back(now[ci] / now[0]);
+    }
+  }
+  std::vector<double> out{median(speed[0])};
+  for (std::size_t ci = 1; ci < k; ++ci) out.push_back(median(ratio[ci]));
+  return out;
 }
 
 }  // namespace
@@ -185,19 +212,23 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
                          {"decode_vs_contiguous", "decode vs contiguous"}});
 
   std::unique_ptr<Runnable> rm;
-  std::optional<ThreadPool> pool;
   double contiguous_speed = 0;
+  std::vector<double> ratios;  // decode speed of each block size over the contiguous cache's
+  cli::Progress progress("paged");
   if (o.decode > 0) {
     auto r = load_runnable(com.spec);
     if (!r.ok()) {
       rep.foot.push_back(fmt::format("decode speed not measured: {}", r.error().message));
     } else {
       rm = std::move(*r);
-      pool.emplace(com.threads);
-      LMP_ASSIGN(contiguous_speed, decode_speed(*rm->model, *pool, cache_config(c, 1, type), o.prompt_max, o.decode));
+      ThreadPool pool(com.threads);
+      std::vector<kv::KvConfig> configs{cache_config(c, 1, type)};
+      for (const int bs : o.blocks) configs.push_back(cache_config(c, 1, type, kv::Layout::paged, bs));
+      LMP_ASSIGN(auto sp, decode_ratios(*rm->model, pool, configs, o.prompt_max, o.decode, kDecodeRounds, progress));
+      contiguous_speed = sp[0];
+      ratios.assign(sp.begin() + 1, sp.end());
     }
   }
-  cli::Progress progress("paged");
   const std::int64_t slots = static_cast<std::int64_t>(budget / (static_cast<std::uint64_t>(o.ctx) * bpt));
   if (slots < 1)
     return make_error(Errc::out_of_range, "the budget of {} holds no sequence of {} tokens ({} each)", cli::human_bytes(static_cast<double>(budget)),
@@ -222,9 +253,8 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
     LMP_ASSIGN(SimResult pr, serve(reqs, o.ctx, bs, 0, blocks));
     std::string speed = "-";
     if (rm) {
-      LMP_ASSIGN(double sp, decode_speed(*rm->model, *pool, cache_config(c, 1, type, kv::Layout::paged, bs), o.prompt_max, o.decode));
-      speed = cli::num(sp / contiguous_speed, 3);
-      if (bs == 16) ratio16 = sp / contiguous_speed;
+      speed = cli::num(ratios[bi], 3);
+      if (bs == 16) ratio16 = ratios[bi];
     }
     if (bs == 16) waste16 = pr.waste;
     const double table_bytes = 4.0 * std::ceil(mean_len / bs);
@@ -243,8 +273,9 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
                      "steps: decode steps to serve all requests (fewer is more throughput)");
   if (rm)
     rep.foot.push_back(fmt::format("decode: {} tokens after a {}-token prompt on {}, {} thread{}, tokens/s against the contiguous "
-                                   "cache ({:.1f} tok/s)",
-                                   o.decode, o.prompt_max, rm->name, com.threads, com.threads > 1 ? "s" : "", contiguous_speed));
+                                   "cache ({:.1f} tok/s); median of {} rounds, each running every cache in turn",
+                                   o.decode, o.prompt_max, rm->name, com.threads, com.threads > 1 ? "s" : "", contiguous_speed,
+                                   kDecodeRounds));
   return rep;
 }
 
