@@ -75,7 +75,7 @@ TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]"
   Rng r(3);
   // Row lengths that reach every loop of the kernels: 96 = 64 + 2·16; 288 (stories15M) =
   // 4·64 + 2·16; 109 = 64 + 2·16 + 8 + 5 (the float types only: q8_0 and q4_0 come in 32s);
-  // 4123 = 257·16 + 8 + 3, a long row (four rows at a time on the AVX2 path).
+  // 4123 = 257·16 + 8 + 3, a long row (blocks of rows in column tiles on the AVX2 path).
   for (const int cols : {96, 288, 109, 4123}) {
     for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0}) {
       if (cols % 32 != 0 && (t == DType::q8_0 || t == DType::q4_0)) continue;
@@ -451,5 +451,44 @@ TEST_CASE("quantize_activation: q = lround(x / d), d = max |x| / 127 per block o
     std::vector<float> x(n);
     for (auto& v : x) v = static_cast<float>((r.uniform() * 2 - 1) * std::pow(10.0, r.uniform() * 6 - 3));
     check(x);
+  }
+}
+
+TEST_CASE("long rows: blocks of rows in column tiles, the same bits however the rows are split", "[model][ops]") {
+  Rng r(37);
+  // 120 rows make several blocks of about 192 KB (f32 rows of 5632: 8 a block), so that the
+  // splits below fall inside blocks and on their edges, and the next block is prefetched.
+  for (const int cols : {4123, 5632}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+      INFO(dtype_name(t) << ", " << cols << " columns");
+      const int rows = 120;
+      std::vector<float> W(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols)), x(static_cast<std::size_t>(cols));
+      for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
+      for (auto& v : x) v = static_cast<float>(r.uniform() * 2 - 1);
+      const std::size_t rb = dtype_bytes(t, static_cast<std::size_t>(cols));
+      std::vector<std::byte> q(rb * rows);
+      for (int i = 0; i < rows; ++i)
+        from_f32(t, W.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(cols), q.data() + static_cast<std::size_t>(i) * rb,
+                 static_cast<std::size_t>(cols));
+      Weight w{t, q.data(), rows, cols, rb};
+      std::vector<float> all(rows);
+      matvec(all.data(), w, x.data(), nullptr, 0, rows);
+      for (int i = 0; i < rows; ++i) {
+        std::vector<float> row(static_cast<std::size_t>(cols));
+        to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, row.data(), static_cast<std::size_t>(cols));
+        double want = 0;
+        for (int k = 0; k < cols; ++k) want += static_cast<double>(row[static_cast<std::size_t>(k)]) * static_cast<double>(x[static_cast<std::size_t>(k)]);
+        CHECK(static_cast<double>(all[static_cast<std::size_t>(i)]) == Approx(want).margin(1e-3));
+      }
+      for (const int a : {1, 8, 11, 37, 64}) {
+        for (const int b : {a + 1, a + 9, rows}) {
+          if (b > rows) continue;
+          INFO("rows " << a << ".." << b);
+          std::vector<float> part(static_cast<std::size_t>(b - a));
+          matvec(part.data(), w, x.data(), nullptr, a, b);
+          CHECK(std::equal(part.begin(), part.end(), all.begin() + a));
+        }
+      }
+    }
   }
 }

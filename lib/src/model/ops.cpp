@@ -151,55 +151,6 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) float dot_f16_avx512(const std:
   return s;
 }
 
-// Four rows against x at once, for long rows on the AVX2 path: x's 8 numbers are loaded
-// once for the four. A row of 5632 (TinyLlama's down projection) with its x of 22 KB does
-// not fit L1 beside the weights streamed through it, so a row at a time reads x from L2
-// twice over for each weight byte (f16) and streams at half the memory's speed; four at a
-// time read 12-13 GB/s there against 8-10 (Zen 4, one core: docs/benchmarks.md). Each row's
-// sum is made in the same order whichever rows it is grouped with (the last group repeats
-// its last row), so results do not depend on how the rows were split between threads.
-inline constexpr std::int64_t kLongRow = 4096;
-
-template <class T>
-__attribute__((target("avx2,fma,f16c"))) void dot4_avx2(const T* const (&a)[4], const float* x, std::int64_t n,
-                                                       std::ptrdiff_t pd, float* out) {
-  constexpr std::int64_t per_line = 64 / static_cast<std::int64_t>(sizeof(T));  // numbers a cache line
-  __m256 s[4][2];
-  for (auto& r : s) r[0] = r[1] = _mm256_setzero_ps();
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    if (i % per_line == 0)
-      for (int r = 0; r < 4; ++r) prefetch_ahead(a[r] + i, pd, 1);
-    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-    for (int r = 0; r < 4; ++r) {
-      s[r][0] = _mm256_fmadd_ps(load8(a[r] + i), x0, s[r][0]);
-      s[r][1] = _mm256_fmadd_ps(load8(a[r] + i + 8), x1, s[r][1]);
-    }
-  }
-  for (; i + 8 <= n; i += 8) {
-    const __m256 x0 = _mm256_loadu_ps(x + i);
-    for (int r = 0; r < 4; ++r) s[r][0] = _mm256_fmadd_ps(load8(a[r] + i), x0, s[r][0]);
-  }
-  for (int r = 0; r < 4; ++r) {
-    float t = hsum(_mm256_add_ps(s[r][0], s[r][1]));
-    for (std::int64_t k = i; k < n; ++k) t += load1(a[r] + k) * x[k];
-    out[r] = t;
-  }
-}
-
-// Rows [lo, hi) of a long-rowed f32 or f16 weight through dot4_avx2.
-template <class T>
-void matvec4(float* out, const Weight& w, const float* x, std::int64_t lo, std::int64_t hi, std::ptrdiff_t pd) {
-  for (std::int64_t r = lo; r < hi; r += 4) {
-    const T* rows[4];
-    for (int k = 0; k < 4; ++k)
-      rows[k] = reinterpret_cast<const T*>(w.data + static_cast<std::size_t>(std::min(r + k, hi - 1)) * w.row_bytes);
-    float t[4];
-    dot4_avx2<T>(rows, x, w.cols, pd, t);
-    for (std::int64_t k = 0; k < 4 && r + k < hi; ++k) out[r + k - lo] = t[k];
-  }
-}
-
 __attribute__((target("avx2,fma"))) float dot_bf16_avx2(const std::uint16_t* a, const float* x, std::int64_t n,
                                                         std::ptrdiff_t pd) {
   __m256 s0 = _mm256_setzero_ps(), s1 = s0;
@@ -215,6 +166,47 @@ __attribute__((target("avx2,fma"))) float dot_bf16_avx2(const std::uint16_t* a, 
   float s = hsum(_mm256_add_ps(s0, s1));
   for (; i < n; ++i) s += bf16_to_f32(a[i]) * x[i];
   return s;
+}
+
+// Long rows on the AVX2 path (f32, f16, bf16). A row of 5632 (TinyLlama's down projection) has
+// an x of 22 KB: streamed a row at a time, the row's weights push x out of the 32 KB L1
+// before the next row comes back to it, and the weights read at 12-13 GB/s where rows of
+// 2048 read at 20-21 (Zen 4, one core; four rows at a time, the path before this one,
+// 14-16). So a thread's rows go in blocks of about 192 KB, which stay in L2, and each block
+// is read in column tiles of about 1400 numbers: x's tile (5.5 KB) stays in L1 while the
+// block's rows pass over it. The tiles' order would leave the memory streams short and
+// scattered, so the next block is fetched into L2 in order while this one is read (one
+// prefetch per cache line, spread over the block's tiles); without that prefetch this order
+// reads at 8 GB/s, with it at 20-22 (docs/benchmarks.md). The prefetch distance setting
+// does not apply here: the distance is the block.
+// A row's sum is its tiles' partial sums added in tile order, whichever rows share its
+// block, so results do not depend on how the rows were split between threads.
+inline constexpr std::int64_t kLongRow = 4096;
+
+template <class T, float (*Dot)(const T*, const float*, std::int64_t, std::ptrdiff_t)>
+__attribute__((target("avx2,fma,f16c"))) void matvec_tiled(float* out, const Weight& w, const float* x, std::int64_t lo,
+                                                          std::int64_t hi) {
+  const std::int64_t n = w.cols;
+  const std::int64_t tiles = (n + 1535) / 1536, tile = ((n + tiles - 1) / tiles + 31) / 32 * 32;
+  const std::int64_t block = std::max<std::int64_t>(4, static_cast<std::int64_t>((std::size_t{192} << 10) / w.row_bytes));
+  for (std::int64_t r0 = lo; r0 < hi; r0 += block) {
+    const std::int64_t r1 = std::min(hi, r0 + block);
+    // The next block's lines, a share of them with each row's tile.
+    const char* next = reinterpret_cast<const char*>(w.data + static_cast<std::size_t>(r1) * w.row_bytes);
+    const std::size_t lines = static_cast<std::size_t>(std::min(hi, r1 + block) - r1) * w.row_bytes / 64;
+    const auto steps = static_cast<std::size_t>((r1 - r0) * tiles);
+    const std::size_t per_step = (lines + steps - 1) / steps;
+    std::size_t fetched = 0;
+    for (std::int64_t c = 0; c < n; c += tile) {
+      const std::int64_t len = std::min(tile, n - c);
+      for (std::int64_t r = r0; r < r1; ++r) {
+        for (std::size_t k = 0; k < per_step && fetched < lines; ++k, ++fetched) _mm_prefetch(next + 64 * fetched, _MM_HINT_T1);
+        const T* a = reinterpret_cast<const T*>(w.data + static_cast<std::size_t>(r) * w.row_bytes) + c;
+        const float p = Dot(a, x + c, len, 0);
+        out[r - lo] = c == 0 ? p : out[r - lo] + p;
+      }
+    }
+  }
 }
 
 // The int8 dot product of 32 weights w and 32 activations x, as 8 int32 lanes: the
@@ -370,8 +362,9 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
   const bool float_rows = w.dtype == DType::f32 || w.dtype == DType::f16 || w.dtype == DType::bf16;
   const auto pd = static_cast<std::ptrdiff_t>(prefetch_distance(float_rows));
   if (!avx512 && avx2 && n >= kLongRow) {
-    if (w.dtype == DType::f32) return matvec4<float>(out, w, x, lo, hi, pd);
-    if (w.dtype == DType::f16) return matvec4<std::uint16_t>(out, w, x, lo, hi, pd);
+    if (w.dtype == DType::f32) return matvec_tiled<float, dot_avx2<float>>(out, w, x, lo, hi);
+    if (w.dtype == DType::f16) return matvec_tiled<std::uint16_t, dot_avx2<std::uint16_t>>(out, w, x, lo, hi);
+    if (w.dtype == DType::bf16) return matvec_tiled<std::uint16_t, dot_bf16_avx2>(out, w, x, lo, hi);
   }
   for (std::int64_t r = lo; r < hi; ++r) {
     const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes;
