@@ -211,6 +211,11 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
                          {"block_table_bytes", "table bytes/seq"},
                          {"decode_vs_contiguous", "decode vs contiguous"}});
 
+  // Checked before the decode comparison, which takes minutes.
+  const std::int64_t slots = static_cast<std::int64_t>(budget / (static_cast<std::uint64_t>(o.ctx) * bpt));
+  if (slots < 1)
+    return make_error(Errc::out_of_range, "the budget of {} holds no sequence of {} tokens ({} each)", cli::human_bytes(static_cast<double>(budget)),
+                      o.ctx, cli::human_bytes(static_cast<double>(bpt) * o.ctx));
   std::unique_ptr<Runnable> rm;
   double contiguous_speed = 0;
   std::vector<double> ratios;  // decode speed of each block size over the contiguous cache's
@@ -229,10 +234,6 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
       ratios.assign(sp.begin() + 1, sp.end());
     }
   }
-  const std::int64_t slots = static_cast<std::int64_t>(budget / (static_cast<std::uint64_t>(o.ctx) * bpt));
-  if (slots < 1)
-    return make_error(Errc::out_of_range, "the budget of {} holds no sequence of {} tokens ({} each)", cli::human_bytes(static_cast<double>(budget)),
-                      o.ctx, cli::human_bytes(static_cast<double>(bpt) * o.ctx));
   LMP_ASSIGN(SimResult cr, serve(reqs, o.ctx, 1, slots, 0));
   t.add({"contiguous", "-", cli::num(100 * cr.waste, 3), std::to_string(slots), cli::num(cr.mean_running, 4),
          std::to_string(cr.max_running), std::to_string(cr.steps), cli::num(cr.tokens_per_step, 4), std::to_string(cr.preemptions),
