@@ -50,6 +50,8 @@ kv::KvConfig cache_config(const model::Config& c, int n_ctx, kv::KvType t = kv::
 
 // Bytes in use by malloc now (glibc's mallinfo2: small blocks and mmapped ones).
 std::uint64_t heap_bytes();
+// This machine's physical memory, in bytes.
+double physical_memory();
 double median(std::vector<double> v);
 
 struct SpeedupOptions {

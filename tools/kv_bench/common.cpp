@@ -77,7 +77,7 @@ Result<std::unique_ptr<Runnable>> load_runnable(const ModelSpec& spec) {
     const DType dt = *pdt;
     const double bytes = static_cast<double>(model::param_count(c)) * (dt == DType::f32 ? 4.0 : dt == DType::q8_0 ? 34.0 / 32
                                                                                              : dt == DType::q4_0 ? 18.0 / 32 : 2.0);
-    const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    const double ram = physical_memory();
     if (bytes > ram / 2)
       return make_error(Errc::out_of_range,
                         "a random {} model in {} takes {}, over half of this machine's memory ({}): give a smaller preset, "
@@ -111,6 +111,10 @@ kv::KvConfig cache_config(const model::Config& c, int n_ctx, kv::KvType t, kv::L
 std::uint64_t heap_bytes() {
   const struct mallinfo2 m = mallinfo2();
   return m.uordblks + m.hblkhd;
+}
+
+double physical_memory() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
 }
 
 double median(std::vector<double> v) {

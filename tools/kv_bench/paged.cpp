@@ -220,15 +220,23 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
   double contiguous_speed = 0;
   std::vector<double> ratios;  // decode speed of each block size over the contiguous cache's
   cli::Progress progress("paged");
+  std::vector<kv::KvConfig> configs{cache_config(c, 1, type)};
+  for (const int bs : o.blocks) configs.push_back(cache_config(c, 1, type, kv::Layout::paged, bs));
   if (o.decode > 0) {
+    const int len = o.prompt_max + o.decode;
+    double total = 0;
+    for (const auto& kc : configs) total += static_cast<double>(kv::bytes_per_token(kc)) * len;
+    if (total > physical_memory() / 4)
+      return make_error(Errc::out_of_range,
+                        "the decode comparison holds {} caches of {} tokens at once ({} in all), over a quarter of this "
+                        "machine's memory: give fewer --blocks, a shorter --prompt-len or --decode, or --decode 0",
+                        configs.size(), len, cli::human_bytes(total));
     auto r = load_runnable(com.spec);
     if (!r.ok()) {
       rep.foot.push_back(fmt::format("decode speed not measured: {}", r.error().message));
     } else {
       rm = std::move(*r);
       ThreadPool pool(com.threads);
-      std::vector<kv::KvConfig> configs{cache_config(c, 1, type)};
-      for (const int bs : o.blocks) configs.push_back(cache_config(c, 1, type, kv::Layout::paged, bs));
       LMP_ASSIGN(auto sp, decode_ratios(*rm->model, pool, configs, o.prompt_max, o.decode, kDecodeRounds, progress));
       contiguous_speed = sp[0];
       ratios.assign(sp.begin() + 1, sp.end());
