@@ -133,7 +133,7 @@ Result<std::vector<double>> decode_ratios(model::Transformer& m, ThreadPool& poo
   std::vector<TokenId> prompt;
   for (int i = 0; i < ctx; ++i) prompt.push_back(static_cast<TokenId>(1 + (i * 7919) % (c.n_vocab - 1)));
   std::vector<float> logits(static_cast<std::size_t>(c.n_vocab));
-  std::vector<std::unique_ptr<kv::KvCache>> caches;
+  std::vector<std::unique_ptr<kv::KvCache>> caches;  // (configs)
   for (auto& kc : configs) {
     progress.update(0, "decode: prompts");
     kc.n_ctx = ctx + n;
@@ -142,9 +142,9 @@ Result<std::vector<double>> decode_ratios(model::Transformer& m, ThreadPool& poo
     caches.push_back(std::move(cache));
   }
   const std::size_t k = caches.size();
-  std::vector<std::vector<double>> speed(k), ratio(k);
+  std::vector<std::vector<double>> speed(k), ratio(k);  // (configs, rounds): tok/s, and over the contiguous cache's
   for (int r = 0; r < rounds; ++r) {
-    std::vector<double> now(k);
+    std::vector<double> now(k);  // (configs) this round's tok/s
     progress.update(static_cast<double>(r) / rounds, fmt::format("decode: round {} of {}", r + 1, rounds));
     for (std::size_t j = 0; j < k; ++j) {
       const std::size_t ci = (j + static_cast<std::size_t>(r)) % k;
