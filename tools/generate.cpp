@@ -268,7 +268,8 @@ int main(int argc, char** argv) {
                "start, faster decoding where the page cache's small pages cost bandwidth (docs/generate.md)");
   app.add_option("--prefetch", o.prefetch,
                  "bytes ahead that the decode step prefetches the weights it streams, every weight type (default "
-                 "4096; f32, f16 and bf16 weights 0 on AMD Zen 4; 0 = off)")
+                 "4096; f32, f16 and bf16 weights 0 on AMD Zen 4; 0 = off; rows of 4096 or more on the AVX2 path fetch "
+                 "their next block whatever this says)")
       ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 24));
   std::string kv_layout = "contiguous", kv_type = "f32", kv_evict = "none", kv_memory;
   app.add_option("--kv", kv_layout, "KV-cache layout: contiguous (default) or paged")

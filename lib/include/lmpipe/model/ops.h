@@ -98,7 +98,9 @@ void rope(float* v, int n_head, int head_dim, int pos, float theta, RopeLayout l
 // (cpu::avx512_halves: Zen 4), which go without: there the hardware prefetcher keeps up
 // with them and the prefetches cost 15-25% of the speed (the distances measured:
 // docs/benchmarks.md). set_prefetch_distance (generate --prefetch) sets one distance for
-// every row type; reset_prefetch_distance goes back to the defaults.
+// every row type; reset_prefetch_distance goes back to the defaults. Long rows on the AVX2
+// path (4096 numbers or more, read in column tiles) fetch their next block into L2 whatever
+// the distance: their reading order needs it.
 inline constexpr std::size_t kDefaultPrefetch = 4096;
 void set_prefetch_distance(std::size_t bytes);
 void reset_prefetch_distance();
