@@ -52,6 +52,9 @@ kv::KvConfig cache_config(const model::Config& c, int n_ctx, kv::KvType t = kv::
 std::uint64_t heap_bytes();
 // This machine's physical memory, in bytes.
 double physical_memory();
+// The i-th token of a synthetic prompt or continuation: ids spread over 1..n_vocab-1 (0,
+// often a special token, only when the vocabulary has nothing else).
+TokenId filler_token(std::int64_t i, int n_vocab);
 double median(std::vector<double> v);
 
 struct SpeedupOptions {

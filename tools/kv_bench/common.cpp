@@ -117,6 +117,10 @@ double physical_memory() {
   return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
 }
 
+TokenId filler_token(std::int64_t i, int n_vocab) {
+  return n_vocab > 1 ? static_cast<TokenId>(1 + (i * 7919) % (n_vocab - 1)) : 0;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());

@@ -131,7 +131,7 @@ Result<std::vector<double>> decode_ratios(model::Transformer& m, ThreadPool& poo
                                           int n, int rounds, cli::Progress& progress) {
   const model::Config& c = m.config();
   std::vector<TokenId> prompt;
-  for (int i = 0; i < ctx; ++i) prompt.push_back(static_cast<TokenId>(1 + (i * 7919) % (c.n_vocab - 1)));
+  for (int i = 0; i < ctx; ++i) prompt.push_back(filler_token(i, c.n_vocab));
   std::vector<float> logits(static_cast<std::size_t>(c.n_vocab));
   std::vector<std::unique_ptr<kv::KvCache>> caches;  // (configs)
   for (auto& kc : configs) {
@@ -151,7 +151,7 @@ Result<std::vector<double>> decode_ratios(model::Transformer& m, ThreadPool& poo
       kv::KvCache& cache = *caches[ci];
       LMP_TRY(cache.truncate(0, ctx));
       const auto t0 = Clock::now();
-      for (int i = 0; i < n; ++i) LMP_TRY(m.forward(static_cast<TokenId>(1 + i % 100), ctx + i, cache, logits.data(), pool));
+      for (int i = 0; i < n; ++i) LMP_TRY(m.forward(filler_token(ctx + i, c.n_vocab), ctx + i, cache, logits.data(), pool));
       now[ci] = n / std::chrono::duration<double>(Clock::now() - t0).count();
     }
     for (std::size_t ci = 0; ci < k; ++ci) {

@@ -48,7 +48,7 @@ Result<cli::Report> run_speedup(const Common& com, const SpeedupOptions& o) {
   ThreadPool pool(com.threads);
   const int n_max = *std::max_element(o.lengths.begin(), o.lengths.end());
   std::vector<TokenId> prompt;
-  for (int i = 0; i < o.prompt; ++i) prompt.push_back(static_cast<TokenId>(1 + (i * 7919) % (c.n_vocab - 1)));
+  for (int i = 0; i < o.prompt; ++i) prompt.push_back(filler_token(i, c.n_vocab));
   LMP_ASSIGN(auto cache, kv::make_kv_cache(cache_config(c, o.prompt + n_max)));
   std::vector<float> logits(static_cast<std::size_t>(c.n_vocab));
 
