@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "lmpipe/core/rng.h"
 #include "lmpipe/core/thread_pool.h"
@@ -60,7 +61,10 @@ double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST_CASE("the thread pool runs every index once, again and again", "[model][pool]") {
-  for (int threads : {1, 2, 3}) {
+  // The last count is more threads than this machine has processors: the pool then waits
+  // without spinning.
+  const int over = static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) + 2;
+  for (int threads : {1, 2, 3, over}) {
     ThreadPool pool(threads);
     for (int rep = 0; rep < 2000; ++rep) {
       const std::size_t n = static_cast<std::size_t>(rep % 7);

@@ -1,10 +1,30 @@
 #include "lmpipe/core/thread_pool.h"
 
 #include <immintrin.h>
+#include <sched.h>
+
+#include <algorithm>
 
 namespace lmp {
 
-ThreadPool::ThreadPool(int threads) {
+namespace {
+// The processors this process may run on (its affinity mask), at least 1.
+int processors() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Waiting for another thread: a pause, or with more threads than processors, the
+// processor handed over.
+inline void relax(bool oversubscribed) {
+  if (oversubscribed) std::this_thread::yield();
+  else _mm_pause();
+}
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) : oversubscribed_(threads > processors()) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
 }
 
@@ -32,7 +52,8 @@ void ThreadPool::drain(Job& j) {
 void ThreadPool::work() {
   std::uint64_t seen = 0;
   for (;;) {
-    for (int spin = 0; spin < 400000 && generation_.load() == seen; ++spin) _mm_pause();
+    const int spins = oversubscribed_ ? 0 : 400000;
+    for (int spin = 0; spin < spins && generation_.load() == seen; ++spin) _mm_pause();
     if (generation_.load() == seen) {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return generation_.load() != seen; });
@@ -65,9 +86,9 @@ void ThreadPool::run_erased(std::size_t n, Call call, void* ctx) {
   }
   wake_.notify_all();
   drain(j);
-  while (j.done.load() < n) _mm_pause();
+  while (j.done.load() < n) relax(oversubscribed_);
   job_.store(nullptr);
-  while (active_.load() != 0) _mm_pause();
+  while (active_.load() != 0) relax(oversubscribed_);
   if (j.failed.load()) std::rethrow_exception(j.error);
 }
 
