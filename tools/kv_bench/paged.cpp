@@ -125,9 +125,12 @@ Result<SimResult> serve(const std::vector<Request>& reqs, int ctx, int bs, std::
 // round. Each paged cache's figure is the median over the rounds of its tok/s over the
 // contiguous cache's in the same round: hosts whose speed drifts within minutes moved the
 // ratio by up to a tenth when the contiguous cache was measured first and the blocks after.
-// The caches are all held at once (one per configuration). Returns the contiguous cache's
-// median tok/s, then the ratios, configs[1..] in order.
-Result<std::vector<double>> decode_ratios(model::Transformer& m, ThreadPool& pool, std::vector<kv::KvConfig> configs, int ctx,
+// The caches are all held at once (one per configuration).
+struct DecodeRatios {
+  double contiguous_tok_s = 0;  // the contiguous cache's median
+  std::vector<double> ratios;   // (configs - 1) configs[1..]'s, in order
+};
+Result<DecodeRatios> decode_ratios(model::Transformer& m, ThreadPool& pool, std::vector<kv::KvConfig> configs, int ctx,
                                           int n, int rounds, cli::Progress& progress) {
   const model::Config& c = m.config();
   std::vector<TokenId> prompt;
@@ -159,8 +162,8 @@ Result<std::vector<double>> decode_ratios(model::Transformer& m, ThreadPool& poo
       ratio[ci].push_back(now[ci] / now[0]);
     }
   }
-  std::vector<double> out{median(speed[0])};
-  for (std::size_t ci = 1; ci < k; ++ci) out.push_back(median(ratio[ci]));
+  DecodeRatios out{median(speed[0]), {}};
+  for (std::size_t ci = 1; ci < k; ++ci) out.ratios.push_back(median(ratio[ci]));
   return out;
 }
 
@@ -237,9 +240,9 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
     } else {
       rm = std::move(*r);
       ThreadPool pool(com.threads);
-      LMP_ASSIGN(auto sp, decode_ratios(*rm->model, pool, configs, o.prompt_max, o.decode, kDecodeRounds, progress));
-      contiguous_speed = sp[0];
-      ratios.assign(sp.begin() + 1, sp.end());
+      LMP_ASSIGN(DecodeRatios d, decode_ratios(*rm->model, pool, configs, o.prompt_max, o.decode, kDecodeRounds, progress));
+      contiguous_speed = d.contiguous_tok_s;
+      ratios = std::move(d.ratios);
     }
   }
   LMP_ASSIGN(SimResult cr, serve(reqs, o.ctx, 1, slots, 0));
