@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "lmpipe/core/cpu.h"
 #include "lmpipe/core/memory_limit.h"
 
 #ifndef LMP_VERSION
@@ -270,8 +271,7 @@ std::string human_bytes(double b) {
 }
 
 int default_threads() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(std::min(n, 16u));
+  return std::min(cpu::processors(), 16);
 }
 
 std::string with_commas(std::uint64_t n) {

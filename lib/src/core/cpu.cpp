@@ -1,8 +1,11 @@
 #include "lmpipe/core/cpu.h"
 
 #include <cpuid.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <thread>
 
 namespace lmp::cpu {
 
@@ -54,5 +57,12 @@ bool avx2() { return features().avx2; }
 bool avx512() { return features().avx512; }
 bool avx512_vnni() { return features().vnni; }
 bool avx512_halves() { return features().halves; }
+
+int processors() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 }  // namespace lmp::cpu

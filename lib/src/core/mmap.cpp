@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lmpipe/core/big_alloc.h"
+#include "lmpipe/core/cpu.h"
 #include "lmpipe/core/io.h"
 
 namespace lmp {
@@ -62,7 +63,7 @@ Status read_range(int fd, std::byte* dst, std::size_t begin, std::size_t end, co
 // the kernel does in the calling thread.
 Status read_whole(int fd, std::byte* dst, std::size_t size, const std::string& path) {
   const std::size_t pages = (size + kHugePage - 1) / kHugePage;
-  const std::size_t n = std::min<std::size_t>({4, std::max(1u, std::thread::hardware_concurrency()), pages});
+  const std::size_t n = std::min<std::size_t>({4, static_cast<std::size_t>(cpu::processors()), pages});
   if (n <= 1 || size < (std::size_t{64} << 20)) return read_range(fd, dst, 0, size, path);
   std::vector<Status> status(n);
   std::vector<std::thread> threads;

@@ -1,21 +1,12 @@
 #include "lmpipe/core/thread_pool.h"
 
 #include <immintrin.h>
-#include <sched.h>
 
-#include <algorithm>
+#include "lmpipe/core/cpu.h"
 
 namespace lmp {
 
 namespace {
-// The processors this process may run on (its affinity mask), at least 1.
-int processors() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 // Waiting for another thread: a pause, or with more threads than processors, the
 // processor handed over.
 inline void relax(bool oversubscribed) {
@@ -24,7 +15,7 @@ inline void relax(bool oversubscribed) {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) : oversubscribed_(threads > processors()) {
+ThreadPool::ThreadPool(int threads) : oversubscribed_(threads > cpu::processors()) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
 }
 

@@ -14,5 +14,7 @@ bool avx512_vnni();
 // the decode step's streaming dot products read memory faster from 256-bit registers
 // (measured: docs/benchmarks.md, "Generation on AMD Zen 4"), so they take the AVX2 path.
 bool avx512_halves();
+// The processors this process may run on (its affinity mask), at least 1.
+int processors();
 
 }  // namespace lmp::cpu
