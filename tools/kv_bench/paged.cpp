@@ -130,22 +130,23 @@ struct DecodeRatios {
   double contiguous_tok_s = 0;  // the contiguous cache's median
   std::vector<double> ratios;   // (configs - 1) configs[1..]'s, in order
 };
-Result<DecodeRatios> decode_ratios(model::Transformer& m, ThreadPool& pool, std::vector<kv::KvConfig> configs, int ctx,
-                                          int n, int rounds, cli::Progress& progress) {
+Result<DecodeRatios> decode_ratios(model::Transformer& m, ThreadPool& pool, std::vector<kv::KvConfig> configs, int ctx, int n,
+                                   int rounds, cli::Progress& progress) {
   const model::Config& c = m.config();
   std::vector<TokenId> prompt;
   for (int i = 0; i < ctx; ++i) prompt.push_back(filler_token(i, c.n_vocab));
   std::vector<float> logits(static_cast<std::size_t>(c.n_vocab));
   std::vector<std::unique_ptr<kv::KvCache>> caches;  // (configs)
+  progress.update(0, "decode: prompts");
   for (auto& kc : configs) {
-    progress.update(0, "decode: prompts");
     kc.n_ctx = ctx + n;
     LMP_ASSIGN(auto cache, kv::make_kv_cache(kc));
     LMP_TRY(m.forward_batch(prompt, 0, *cache, logits.data(), pool));
     caches.push_back(std::move(cache));
   }
   const std::size_t k = caches.size();
-  std::vector<std::vector<double>> speed(k), ratio(k);  // (configs, rounds): tok/s, and over the contiguous cache's
+  std::vector<double> contiguous;             // (rounds) the contiguous cache's tok/s
+  std::vector<std::vector<double>> ratio(k);  // (configs, rounds) tok/s over the contiguous cache's
   for (int r = 0; r < rounds; ++r) {
     std::vector<double> now(k);  // (configs) this round's tok/s
     progress.update(static_cast<double>(r) / rounds, fmt::format("decode: round {} of {}", r + 1, rounds));
@@ -157,12 +158,10 @@ Result<DecodeRatios> decode_ratios(model::Transformer& m, ThreadPool& pool, std:
       for (int i = 0; i < n; ++i) LMP_TRY(m.forward(filler_token(ctx + i, c.n_vocab), ctx + i, cache, logits.data(), pool));
       now[ci] = n / std::chrono::duration<double>(Clock::now() - t0).count();
     }
-    for (std::size_t ci = 0; ci < k; ++ci) {
-      speed[ci].push_back(now[ci]);
-      ratio[ci].push_back(now[ci] / now[0]);
-    }
+    contiguous.push_back(now[0]);
+    for (std::size_t ci = 0; ci < k; ++ci) ratio[ci].push_back(now[ci] / now[0]);
   }
-  DecodeRatios out{median(speed[0]), {}};
+  DecodeRatios out{median(contiguous), {}};
   for (std::size_t ci = 1; ci < k; ++ci) out.ratios.push_back(median(ratio[ci]));
   return out;
 }
