@@ -337,6 +337,17 @@ __attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(const RowFormat& f
   }
 }
 
+// x (hd) = numbers off .. off+hd-1 of a row, dequantized 8 at a time.
+template <KvType T>
+__attribute__((target("avx2,fma,f16c"))) void slice_avx2(const RowFormat& f, float* x, const std::byte* r, int off,
+                                                         int hd) {
+  for (int i = 0; i < hd; i += 8) {
+    __m256 v = load8_at<T>(f, r, off + i);
+    if constexpr (quantized<T>()) v = _mm256_mul_ps(v, _mm256_set1_ps(scale_f16(f, r, (off + i) / f.group)));
+    _mm256_storeu_ps(x + i, v);
+  }
+}
+
 // The AVX2 kernels need whole registers: head slices of 8 numbers (f32, f16, int8 groups)
 // or int4 groups of 16.
 bool simd_ok(const RowFormat& f, int hd) {
@@ -404,6 +415,19 @@ void store_row_unscaled(const RowFormat& f, std::byte* row, const float* x, cons
 
 void load_row(const RowFormat& f, float* x, const std::byte* row) {
   for (int i = 0; i < f.kv_dim; ++i) x[i] = number_at(f, row, i);
+}
+
+void load_slice(const RowFormat& f, float* x, const std::byte* row, int off, int hd) {
+  if (simd_ok(f, hd)) {
+    switch (f.type) {
+      case KvType::f32: return slice_avx2<KvType::f32>(f, x, row, off, hd);
+      case KvType::f16: return slice_avx2<KvType::f16>(f, x, row, off, hd);
+      case KvType::int8: return slice_avx2<KvType::int8>(f, x, row, off, hd);
+      case KvType::int4:
+      case KvType::int4_kivi: return slice_avx2<KvType::int4>(f, x, row, off, hd);
+    }
+  }
+  for (int i = 0; i < hd; ++i) x[i] = number_at(f, row, off + i);
 }
 
 void prefetch_rows(const RowFormat& f, const std::byte* rows, int n, int off, int hd) {

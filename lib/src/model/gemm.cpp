@@ -35,6 +35,7 @@ namespace lmp::model {
 namespace {
 
 constexpr std::size_t kPanelRows = 32, kPanelCols = 128, kTokens = 8;
+static_assert(kAttnKeys == kPanelRows);
 
 // 16 rows of 16 floats (r[i] = row i) transposed in registers: r[j] holds, lane by lane,
 // rows 0..15 of column (j with its bits 0 and 1 swapped): 0, 2, 1, 3, 4, 6, 5, 7, ...
@@ -187,6 +188,24 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl"))) void row_sums(co
 }
 
 }  // namespace
+
+void pack_keys(float* Kt, const float* K, std::size_t c, std::size_t hd) {
+  std::fill_n(Kt, hd * kAttnKeys, 0.0f);
+  for (std::size_t j = 0; j < c; ++j)
+    for (std::size_t d = 0; d < hd; ++d) Kt[d * kAttnKeys + j] = K[j * hd + d];
+}
+
+void attn_scores_f32(float* S, std::size_t lds, const float* Q, std::size_t r, const float* Kt, std::size_t c,
+                     std::size_t hd) {
+  for (std::size_t t = 0; t < r; t += kTokens)
+    kMicroF32[std::min(kTokens, r - t)](Kt, hd, Q + t * hd, hd, S + t * lds, lds, false, static_cast<std::int64_t>(c));
+}
+
+void attn_values_f32(float* O, std::size_t ldo, std::size_t w, const float* P, std::size_t ldp, std::size_t r,
+                     const float* Vp, std::size_t c, bool accumulate) {
+  for (std::size_t t = 0; t < r; t += kTokens)
+    kMicroF32[std::min(kTokens, r - t)](Vp, c, P + t * ldp, ldp, O + t * ldo, ldo, accumulate, static_cast<std::int64_t>(w));
+}
 
 bool gemm_f32_available() { return cpu::avx512(); }
 bool gemm_q8_available() { return cpu::avx512_vnni(); }

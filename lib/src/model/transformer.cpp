@@ -1,6 +1,7 @@
 #include "lmpipe/model/transformer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -245,6 +246,90 @@ void Transformer::attention(int layer, int pos, kv::SeqId seq, const kv::KvCache
   }
 }
 
+void Transformer::attention_tiles(std::int64_t n, int total, const kv::RowFormat& fmt, ThreadPool& pool) {
+  const Config& c = cfg_;
+  const auto hd = static_cast<std::size_t>(c.head_dim()), E = static_cast<std::size_t>(c.n_embd);
+  const int G = c.n_head / c.n_kv_head;  // query heads per kv head
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  rows_.clear();
+  for (const kv::KvBlock& b : blocks_) {
+    const kv::RowFormat* kf = b.kfmt ? b.kfmt : &fmt;
+    const kv::RowFormat* vf = b.vfmt ? b.vfmt : &fmt;
+    for (int t = b.begin; t < b.end; ++t)
+      rows_.push_back({b.k + static_cast<std::size_t>(t) * kf->bytes, b.v + static_cast<std::size_t>(t) * vf->bytes, kf, vf,
+                       b.kscale});
+  }
+  // Every kv head's keys and values dequantized to f32 once (KIVI's per-channel key scales
+  // applied) and packed for the micro-kernel: keys in chunks of 32, Kt (hd, 32) each;
+  // values in panels of 32 columns, one row of 32 per key.
+  const auto keys = static_cast<std::size_t>(total);
+  const std::size_t chunks = (keys + kAttnKeys - 1) / kAttnKeys, keys_pad = chunks * kAttnKeys;
+  const std::size_t panels = (hd + kAttnKeys - 1) / kAttnKeys;
+  const auto KV = static_cast<std::size_t>(c.n_kv_head);
+  kpack_.resize(KV * chunks * hd * kAttnKeys);
+  vpack_.assign(KV * panels * keys_pad * kAttnKeys, 0.0f);
+  auto kt = [&](std::size_t g, std::size_t chunk) { return kpack_.data() + (g * chunks + chunk) * hd * kAttnKeys; };
+  auto vp = [&](std::size_t g, std::size_t p) { return vpack_.data() + (g * panels + p) * keys_pad * kAttnKeys; };
+  pool.run(KV * chunks, [&](std::size_t item) {
+    const std::size_t g = item / chunks, chunk = item % chunks, c0 = chunk * kAttnKeys;
+    const std::size_t m = std::min(kAttnKeys, keys - c0);
+    const int off = static_cast<int>(g * hd);
+    float rows[kAttnKeys * kMaxHeadDim], v[kMaxHeadDim];
+    for (std::size_t j = 0; j < m; ++j) {
+      const CacheRow& r = rows_[c0 + j];
+      float* k = rows + j * hd;
+      kv::load_slice(*r.kfmt, k, r.k, off, static_cast<int>(hd));
+      if (r.kscale)
+        for (std::size_t i = 0; i < hd; ++i) k[i] *= f16_to_f32(r.kscale[static_cast<std::size_t>(off) + i]);
+      kv::load_slice(*r.vfmt, v, r.v, off, static_cast<int>(hd));
+      for (std::size_t i = 0; i < hd; ++i) vp(g, i / kAttnKeys)[(c0 + j) * kAttnKeys + i % kAttnKeys] = v[i];
+    }
+    pack_keys(kt(g, chunk), rows, m, hd);
+  });
+  // A tile: bt tokens × the G heads of one kv head, about 64 query rows, fewer tokens when
+  // that leaves threads without work.
+  const auto T = static_cast<std::int64_t>(pool.size());
+  std::int64_t bt = std::max(1, 64 / G);
+  while (bt > 1 && (n + bt - 1) / bt * c.n_kv_head < 4 * T) bt /= 2;
+  const std::int64_t n_tiles = (n + bt - 1) / bt, items = n_tiles * c.n_kv_head;
+  tiles_.resize(static_cast<std::size_t>(T));
+  std::atomic<std::int64_t> next{0};
+  pool.run(static_cast<std::size_t>(T), [&](std::size_t slot) {
+    TileScratch& ts = tiles_[slot];
+    // The last tiles see the most keys: handed out first.
+    for (std::int64_t item; (item = next.fetch_add(1)) < items;) {
+      const std::int64_t t0 = (n_tiles - 1 - item / c.n_kv_head) * bt, t1 = std::min(n, t0 + bt);
+      const auto g = static_cast<std::size_t>(item % c.n_kv_head);
+      const auto rows = static_cast<std::size_t>((t1 - t0) * G);
+      auto visible = [&](std::int64_t t) { return static_cast<std::size_t>(total - n + t + 1); };
+      const std::size_t cmax = visible(t1 - 1);
+      ts.q.resize(rows * hd);
+      ts.o.resize(rows * hd);
+      ts.s.resize(rows * cmax);
+      for (std::int64_t t = t0; t < t1; ++t)  // row (t - t0) · G + j: token t, head g · G + j
+        std::copy_n(bq_.data() + static_cast<std::size_t>(t) * E + g * static_cast<std::size_t>(G) * hd, G * hd,
+                    ts.q.data() + static_cast<std::size_t>((t - t0) * G) * hd);
+      for (std::size_t c0 = 0; c0 < cmax; c0 += kAttnKeys)
+        attn_scores_f32(ts.s.data() + c0, cmax, ts.q.data(), rows, kt(g, c0 / kAttnKeys), std::min(kAttnKeys, cmax - c0), hd);
+      for (std::size_t r = 0; r < rows; ++r) {
+        float* s = ts.s.data() + r * cmax;
+        const std::size_t vis = visible(t0 + static_cast<std::int64_t>(r) / G);
+        for (std::size_t j = 0; j < vis; ++j) s[j] *= scale;
+        softmax(s, static_cast<int>(vis));
+        std::fill(s + vis, s + cmax, 0.0f);  // keys after the token: weight 0
+      }
+      // The values 64 keys at a time, each panel's columns.
+      for (std::size_t c0 = 0; c0 < cmax; c0 += 2 * kAttnKeys)
+        for (std::size_t p = 0; p < panels; ++p)
+          attn_values_f32(ts.o.data() + p * kAttnKeys, hd, std::min(kAttnKeys, hd - p * kAttnKeys), ts.s.data() + c0, cmax,
+                          rows, vp(g, p) + c0 * kAttnKeys, std::min(2 * kAttnKeys, cmax - c0), c0 > 0);
+      for (std::int64_t t = t0; t < t1; ++t)
+        std::copy_n(ts.o.data() + static_cast<std::size_t>((t - t0) * G) * hd, G * hd,
+                    bxb_.data() + static_cast<std::size_t>(t) * E + g * static_cast<std::size_t>(G) * hd);
+    }
+  });
+}
+
 Status Transformer::forward(TokenId token, int pos, kv::KvCache& cache, float* logits, ThreadPool& pool, kv::SeqId seq) {
   const Config& c = cfg_;
   if (token < 0 || token >= c.n_vocab)
@@ -392,8 +477,14 @@ Status Transformer::forward_batch(std::span<const TokenId> tokens, int pos0, kv:
     int total = 0;
     for (const auto& b : blocks_) total += b.size();
     // Causal attention: token t sees the cached tokens before the batch and the batch's
-    // first t + 1; threads take tokens in turn.
-    pool.run(T, [&](std::size_t i) {
+    // first t + 1. As matrix products where the CPU has them and no block needs its own
+    // query rotation (the sinks after eviction); else token by token, threads in turn.
+    const bool tiled = gemm_f32_available() && std::none_of(blocks_.begin(), blocks_.end(), [](const kv::KvBlock& b) {
+      return b.q_pos >= 0;
+    });
+    if (tiled) {
+      attention_tiles(n, total, cache.format(), pool);
+    } else pool.run(T, [&](std::size_t i) {
       for (std::size_t t = i; t < N; t += T) {
         const int pos = pos0 + static_cast<int>(t);
         const int visible = total - static_cast<int>(N) + static_cast<int>(t) + 1;

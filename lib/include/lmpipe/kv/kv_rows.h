@@ -57,6 +57,9 @@ void store_row_unscaled(const RowFormat& fmt, std::byte* row, const float* x, co
 void row_scores(const RowFormat& fmt, float* att, const float* q, const std::byte* rows, int n, int off, int hd,
                 float scale);
 void row_accumulate(const RowFormat& fmt, float* out, const float* att, const std::byte* rows, int n, int off, int hd);
+// x (hd) = the numbers off .. off+hd-1 of a row, dequantized (unscaled rows: the integers),
+// for prompt processing's attention, which multiplies tiles of keys and values in f32.
+void load_slice(const RowFormat& fmt, float* x, const std::byte* row, int off, int hd);
 // Asks the memory for the head slices of rows [0, n) ahead of their use (at most 16 rows):
 // the two loops above prefetch within their own rows only, so the paged cache's attention
 // calls this for the next block while it reads the current one.

@@ -69,6 +69,23 @@ void quantize_batch(QuantizedBatch& xq, const float* x, std::int64_t cols, std::
 void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& xq, std::int64_t lo, std::int64_t hi,
              GemmScratch& s);
 
+// Prompt processing's attention as matrix products on the same micro-kernel (AVX-512F),
+// for a tile of r query rows of one kv head, in f32:
+//   S (r, c) = Q (r, hd) · Kᵀ for c ≤ 32 keys given packed by pack_keys as Kt (hd, 32);
+//     S's rows lds floats apart
+//   O (r, w) (+)= P (r, c) · Vp (c, 32), w ≤ 32 of the panel's columns: Vp holds 32 columns
+//     of c values, one row of 32 floats per key (zero past the head); P's rows ldp floats
+//     apart, O's ldo; accumulate: add to O
+// Each score is one dot product summed in d order, and each output number its keys'
+// products in key order (per call, then added to O): neither depends on r or on where
+// the keys were stored.
+constexpr std::size_t kAttnKeys = 32;
+void pack_keys(float* Kt, const float* K, std::size_t c, std::size_t hd);  // Kt (hd, 32) = K (c, hd)ᵀ, zero past c
+void attn_scores_f32(float* S, std::size_t lds, const float* Q, std::size_t r, const float* Kt, std::size_t c,
+                     std::size_t hd);
+void attn_values_f32(float* O, std::size_t ldo, std::size_t w, const float* P, std::size_t ldp, std::size_t r,
+                     const float* Vp, std::size_t c, bool accumulate);
+
 // a · b (n floats), and y += alpha · x (n floats): attention's inner loops.
 float dot(const float* a, const float* b, int n);
 void axpy(float* y, float alpha, const float* x, int n);

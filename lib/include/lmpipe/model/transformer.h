@@ -79,6 +79,9 @@ class Transformer {
                    const std::vector<kv::KvBlock>& blocks) const;
   Transformer() = default;
   void matvecs(std::span<const std::pair<const Weight*, float*>> jobs, const float* x, ThreadPool& pool);
+  // Prompt processing's causal attention, bq_ → bxb_, for n tokens whose keys are the last
+  // n of blocks_ (total rows): per kv head and tile of tokens, as matrix products.
+  void attention_tiles(std::int64_t n, int total, const kv::RowFormat& fmt, ThreadPool& pool);
   void attention(int layer, int pos, kv::SeqId seq, const kv::KvCache& cache, ThreadPool& pool);
 
   Config cfg_;
@@ -94,6 +97,17 @@ class Transformer {
   // Scratch of forward_batch: (n, n_embd) and (n, n_ff) activations; per-thread buffers.
   std::vector<float> bx_, bxb_, bxb2_, bq_, bk_, bv_, bh_, bh2_;
   std::vector<std::vector<float>> scratch_, batt_;
+  struct TileScratch {               // attention_tiles, per thread
+    std::vector<float> q, s, o;
+  };
+  std::vector<TileScratch> tiles_;
+  struct CacheRow {                  // one token's key and value rows, as attention_tiles reads them
+    const std::byte *k, *v;
+    const kv::RowFormat *kfmt, *vfmt;
+    const std::uint16_t* kscale;
+  };
+  std::vector<CacheRow> rows_;
+  std::vector<float> kpack_, vpack_;   // attention_tiles: the keys and values in f32, packed
   std::vector<GemmScratch> gemm_;      // per thread
   QuantizedBatch bxq_;                 // (n, cols) activations for the int8 products
   std::vector<float>* probe_ = nullptr;
