@@ -153,6 +153,68 @@ TEST_CASE("row formats: quantization error within d/2, kernels equal the dequant
   CHECK(RowFormat::make(KvType::int4, 4096, 128).bytes_per_number() == Approx(18.0 / 32));
 }
 
+// Many heads in one pass (row by row, each row's slices together) give each head the bits
+// it gets alone: 20 heads (more than one pass's 16) on 4 kv heads, GQA's shared slices,
+// rows split into blocks anywhere. load_slice equals load_row's numbers.
+TEST_CASE("the kernels for many heads at once equal one head at a time, bit for bit", "[kv]") {
+  std::mt19937 rng(11);
+  for (KvType t : {KvType::f32, KvType::f16, KvType::int8, KvType::int4}) {
+    for (int hd : {8, 32, 64}) {
+      const int n_kv = 4, kv_dim = n_kv * hd, H = 20, n = 45;
+      const RowFormat f = RowFormat::make(t, kv_dim, hd);
+      INFO(kv_type_name(t) << " head_dim " << hd);
+      std::vector<std::byte> rows(static_cast<std::size_t>(n) * f.bytes);
+      for (int j = 0; j < n; ++j) {
+        const auto x = random_vec(rng, static_cast<std::size_t>(kv_dim));
+        store_row(f, rows.data() + static_cast<std::size_t>(j) * f.bytes, x.data());
+        std::vector<float> row(static_cast<std::size_t>(kv_dim)), slice(static_cast<std::size_t>(hd));
+        load_row(f, row.data(), rows.data() + static_cast<std::size_t>(j) * f.bytes);
+        for (int k = 0; k < n_kv; ++k) {
+          load_slice(f, slice.data(), rows.data() + static_cast<std::size_t>(j) * f.bytes, k * hd, hd);
+          CHECK(std::equal(slice.begin(), slice.end(), row.begin() + k * hd));
+        }
+      }
+      std::vector<std::vector<float>> q, att_one, att_many, out_one, out_many;
+      std::vector<int> off;
+      for (int h = 0; h < H; ++h) {
+        q.push_back(random_vec(rng, static_cast<std::size_t>(hd)));
+        off.push_back((h * n_kv / H) * hd);  // five heads per kv head
+        att_one.emplace_back(static_cast<std::size_t>(n));
+        att_many.emplace_back(static_cast<std::size_t>(n));
+        out_one.emplace_back(static_cast<std::size_t>(hd), 0.5f);
+        out_many.emplace_back(static_cast<std::size_t>(hd), 0.5f);
+      }
+      for (int h = 0; h < H; ++h) {
+        row_scores(f, att_one[h].data(), q[h].data(), rows.data(), n, off[h], hd, 0.25f);
+        row_accumulate(f, out_one[h].data(), att_one[h].data(), rows.data(), n, off[h], hd);
+      }
+      std::vector<float*> a, o;
+      std::vector<const float*> qp, ap;
+      for (int h = 0; h < H; ++h) {
+        a.push_back(att_many[h].data());
+        o.push_back(out_many[h].data());
+        qp.push_back(q[h].data());
+        ap.push_back(att_many[h].data());
+      }
+      for (int b0 = 0; b0 < n;) {  // blocks of 1, 6, 11, ... rows
+        const int m = std::min(n - b0, 1 + 5 * (b0 % 3));
+        std::vector<float*> a_at, o_at = o;
+        std::vector<const float*> ap_at;
+        for (int h = 0; h < H; ++h) {
+          a_at.push_back(a[h] + b0);
+          ap_at.push_back(ap[h] + b0);
+        }
+        const std::byte* r = rows.data() + static_cast<std::size_t>(b0) * f.bytes;
+        row_scores(f, a_at.data(), qp.data(), off.data(), H, r, m, hd, 0.25f);
+        row_accumulate(f, o_at.data(), ap_at.data(), off.data(), H, r, m, hd);
+        b0 += m;
+      }
+      CHECK(att_many == att_one);
+      CHECK(out_many == out_one);
+    }
+  }
+}
+
 TEST_CASE("bytes per token: the formula of the reference numbers", "[kv]") {
   KvConfig c;
   c.n_layer = 32;

@@ -236,29 +236,36 @@ constexpr int int_group() {  // the group sizes the integer path takes
   return T == KvType::int8 ? 16 : T == KvType::int4 ? 32 : 0;
 }
 
+// Up to kHeads heads per pass over the rows (their int16 queries on the stack).
+constexpr int kHeads = 16;
+
 template <KvType T>
-__attribute__((target("avx2,fma,f16c"))) void scores_avx2(const RowFormat& f, float* att, const float* q,
-                                                          const std::byte* rows, int n, int off, int hd, float scale) {
+__attribute__((target("avx2,fma,f16c"))) void scores_avx2(const RowFormat& f, float* const* att, const float* const* q,
+                                                          const int* off, int H, const std::byte* rows, int n, int hd,
+                                                          float scale) {
   // Quantized rows against q in int16 where the groups allow it.
-  alignas(32) std::int16_t qi[512];
+  alignas(32) std::int16_t qi[kHeads][512];
+  float sc[kHeads];
   bool ints = false;
+  for (int h = 0; h < H; ++h) sc[h] = scale;
   if constexpr (int_group<T>() > 0) {
     if (f.group % int_group<T>() == 0 && hd <= 512) {
-      float qmax = 0;
-      for (int i = 0; i < hd; ++i) qmax = std::max(qmax, std::fabs(q[i]));
-      const float sq = qmax > 0 ? qmax / 32767.0f : 1.0f;
-      for (int i = 0; i < hd; ++i) qi[i] = static_cast<std::int16_t>(std::lrintf(q[i] / sq));
-      scale *= sq;
+      for (int h = 0; h < H; ++h) {
+        float qmax = 0;
+        for (int i = 0; i < hd; ++i) qmax = std::max(qmax, std::fabs(q[h][i]));
+        const float sq = qmax > 0 ? qmax / 32767.0f : 1.0f;
+        for (int i = 0; i < hd; ++i) qi[h][i] = static_cast<std::int16_t>(std::lrintf(q[h][i] / sq));
+        sc[h] *= sq;
+      }
       ints = true;
     }
   }
-  auto dot = [&](const std::byte* r) __attribute__((target("avx2,fma,f16c"))) {
+  auto dot = [&](const std::byte* r, int h) __attribute__((target("avx2,fma,f16c"))) {
     if constexpr (int_group<T>() > 0) {
-      if (ints) return row_dot_i16<T>(f, r, qi, off, hd);
+      if (ints) return row_dot_i16<T>(f, r, qi[h], off[h], hd);
     }
-    return row_dot<T>(f, r, q, off, hd);
+    return row_dot<T>(f, r, q[h], off[h], hd);
   };
-  const __m128 sc = _mm_set1_ps(scale);
   // [a0 a1 a2 a3] summed: pairwise adds, then the two 128-bit halves. The last rows go
   // through the same sums (with zero rows), so that a row's score does not depend on where
   // a block starts: the paged and the contiguous cache give the same bits.
@@ -266,73 +273,66 @@ __attribute__((target("avx2,fma,f16c"))) void scores_avx2(const RowFormat& f, fl
     const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
     return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   };
+  // The heads' slices span [first, last] of a row, which rarely starts a cache line (rows
+  // are not whole lines): fetch rows 16 ahead, the span's first and last byte and the
+  // row's scales.
+  std::size_t first = data_offset(f, off[0]), last = data_offset(f, off[0] + hd) - 1;
+  for (int h = 1; h < H; ++h) {
+    first = std::min(first, data_offset(f, off[h]));
+    last = std::max(last, data_offset(f, off[h] + hd) - 1);
+  }
   int j = 0;
-  // The head's slice of a row rarely starts a cache line (rows are not whole lines): fetch
-  // the rows 16 ahead, the slice's first and last byte and the row's scales.
-  const std::size_t first = data_offset(f, off), last = data_offset(f, off + hd) - 1;
   for (; j + 4 <= n; j += 4) {
     const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
     if (j + 20 <= n)
       for (int k = 16; k < 20; ++k) prefetch_slice(f, r + static_cast<std::size_t>(k) * f.bytes, first, last);
-    const __m128 t = reduce4(dot(r), dot(r + f.bytes), dot(r + 2 * f.bytes), dot(r + 3 * f.bytes));
-    _mm_storeu_ps(att + j, _mm_mul_ps(t, sc));
+    for (int h = 0; h < H; ++h) {
+      const __m128 t = reduce4(dot(r, h), dot(r + f.bytes, h), dot(r + 2 * f.bytes, h), dot(r + 3 * f.bytes, h));
+      _mm_storeu_ps(att[h] + j, _mm_mul_ps(t, _mm_set1_ps(sc[h])));
+    }
   }
   if (j < n) {
-    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int k = 0; j + k < n; ++k) a[k] = dot(rows + static_cast<std::size_t>(j + k) * f.bytes);
-    float tmp[4];
-    _mm_storeu_ps(tmp, _mm_mul_ps(reduce4(a[0], a[1], a[2], a[3]), sc));
-    for (int k = 0; j + k < n; ++k) att[j + k] = tmp[k];
+    for (int h = 0; h < H; ++h) {
+      __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (int k = 0; j + k < n; ++k) a[k] = dot(rows + static_cast<std::size_t>(j + k) * f.bytes, h);
+      float tmp[4];
+      _mm_storeu_ps(tmp, _mm_mul_ps(reduce4(a[0], a[1], a[2], a[3]), _mm_set1_ps(sc[h])));
+      for (int k = 0; j + k < n; ++k) att[h][j + k] = tmp[k];
+    }
   }
 }
 
-// out[c0 .. c0 + 8·NR) += Σ_j att_j · V_j over the rows, the slice in NR registers.
-template <KvType T, int NR>
-__attribute__((target("avx2,fma,f16c"))) void accumulate_slice(const RowFormat& f, float* out, const float* att,
-                                                               const std::byte* rows, int n, int e0) {
-  __m256 acc[NR];
-  for (int i = 0; i < NR; ++i) acc[i] = _mm256_loadu_ps(out + 8 * i);
-  const std::size_t first = data_offset(f, e0), last = data_offset(f, e0 + 8 * NR) - 1;
+// out[h] (hd) += Σ_j att[h]_j · V_j over the rows, row by row: for each row every head's
+// slice, 8 numbers at a time (a load, a multiply-add and a store of out, which stays in
+// L1). Each number's sum is the same chain of multiply-adds in row order as with one head.
+template <KvType T>
+__attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(const RowFormat& f, float* const* out,
+                                                              const float* const* att, const int* off, int H,
+                                                              const std::byte* rows, int n, int hd) {
+  std::size_t first = data_offset(f, off[0]), last = data_offset(f, off[0] + hd) - 1;
+  for (int h = 1; h < H; ++h) {
+    first = std::min(first, data_offset(f, off[h]));
+    last = std::max(last, data_offset(f, off[h] + hd) - 1);
+  }
   for (int j = 0; j < n; ++j) {
     const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
     if constexpr (T != KvType::int4) {  // (int4's values: measured slower with it)
       if (j + 16 < n) prefetch_slice(f, r + 16 * f.bytes, first, last);
     }
-    if constexpr (!quantized<T>()) {
-      const __m256 a = _mm256_set1_ps(att[j]);
-      for (int i = 0; i < NR; ++i) acc[i] = _mm256_fmadd_ps(a, load8_at<T>(f, r, e0 + 8 * i), acc[i]);
-    } else {  // one coefficient (weight × scale) per group the slice crosses
-      int g = e0 / f.group;
-      __m256 a = _mm256_set1_ps(att[j] * scale_f16(f, r, g));
-      for (int i = 0; i < NR; ++i) {
-        const int e = e0 + 8 * i;
-        if (e / f.group != g) {
-          g = e / f.group;
-          a = _mm256_set1_ps(att[j] * scale_f16(f, r, g));
+    for (int h = 0; h < H; ++h) {
+      float* o = out[h];
+      const float w = att[h][j];
+      if constexpr (!quantized<T>()) {
+        const __m256 a = _mm256_set1_ps(w);
+        for (int i = 0; i < hd; i += 8)
+          _mm256_storeu_ps(o + i, _mm256_fmadd_ps(a, load8_at<T>(f, r, off[h] + i), _mm256_loadu_ps(o + i)));
+      } else {  // one coefficient (weight × scale) per group
+        for (int g0 = 0; g0 < hd; g0 += f.group) {
+          const __m256 a = _mm256_set1_ps(w * scale_f16(f, r, (off[h] + g0) / f.group));
+          for (int i = g0; i < g0 + f.group && i < hd; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_fmadd_ps(a, load8_at<T>(f, r, off[h] + i), _mm256_loadu_ps(o + i)));
         }
-        acc[i] = _mm256_fmadd_ps(a, load8_at<T>(f, r, e), acc[i]);
       }
-    }
-  }
-  for (int i = 0; i < NR; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
-}
-
-template <KvType T>
-__attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(const RowFormat& f, float* out, const float* att,
-                                                              const std::byte* rows, int n, int off, int hd) {
-  for (int c = 0; c < hd; c += 64) {
-    const int w = std::min(64, hd - c) / 8;
-    float* o = out + c;
-    const int e = off + c;
-    switch (w) {
-      case 1: accumulate_slice<T, 1>(f, o, att, rows, n, e); break;
-      case 2: accumulate_slice<T, 2>(f, o, att, rows, n, e); break;
-      case 3: accumulate_slice<T, 3>(f, o, att, rows, n, e); break;
-      case 4: accumulate_slice<T, 4>(f, o, att, rows, n, e); break;
-      case 5: accumulate_slice<T, 5>(f, o, att, rows, n, e); break;
-      case 6: accumulate_slice<T, 6>(f, o, att, rows, n, e); break;
-      case 7: accumulate_slice<T, 7>(f, o, att, rows, n, e); break;
-      default: accumulate_slice<T, 8>(f, o, att, rows, n, e); break;
     }
   }
 }
@@ -430,8 +430,8 @@ void load_slice(const RowFormat& f, float* x, const std::byte* row, int off, int
   for (int i = 0; i < hd; ++i) x[i] = number_at(f, row, off + i);
 }
 
-void prefetch_rows(const RowFormat& f, const std::byte* rows, int n, int off, int hd) {
-  const std::size_t first = data_offset(f, off), last = data_offset(f, off + hd) - 1;
+void prefetch_rows(const RowFormat& f, const std::byte* rows, int n, int lo, int hi) {
+  const std::size_t first = data_offset(f, lo), last = data_offset(f, hi) - 1;
   for (int j = 0; j < std::min(n, 16); ++j) {
     const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
     for (std::size_t b = first & ~std::size_t{63}; b <= last; b += 64) _mm_prefetch(reinterpret_cast<const char*>(r + b), _MM_HINT_T0);
@@ -439,30 +439,37 @@ void prefetch_rows(const RowFormat& f, const std::byte* rows, int n, int off, in
   }
 }
 
-void row_scores(const RowFormat& f, float* att, const float* q, const std::byte* rows, int n, int off, int hd, float scale) {
-  if (simd_ok(f, hd)) {
+void row_scores(const RowFormat& f, float* const* att, const float* const* q, const int* off, int H,
+                const std::byte* rows, int n, int hd, float scale) {
+  if (!simd_ok(f, hd)) {
+    for (int h = 0; h < H; ++h) scores_scalar(f, att[h], q[h], rows, n, off[h], hd, scale);
+    return;
+  }
+  for (int h0 = 0; h0 < H; h0 += kHeads) {
+    const int m = std::min(kHeads, H - h0);
     switch (f.type) {
-      case KvType::f32: return scores_avx2<KvType::f32>(f, att, q, rows, n, off, hd, scale);
-      case KvType::f16: return scores_avx2<KvType::f16>(f, att, q, rows, n, off, hd, scale);
-      case KvType::int8: return scores_avx2<KvType::int8>(f, att, q, rows, n, off, hd, scale);
+      case KvType::f32: scores_avx2<KvType::f32>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale); break;
+      case KvType::f16: scores_avx2<KvType::f16>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale); break;
+      case KvType::int8: scores_avx2<KvType::int8>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale); break;
       case KvType::int4:
-      case KvType::int4_kivi: return scores_avx2<KvType::int4>(f, att, q, rows, n, off, hd, scale);
+      case KvType::int4_kivi: scores_avx2<KvType::int4>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale); break;
     }
   }
-  scores_scalar(f, att, q, rows, n, off, hd, scale);
 }
 
-void row_accumulate(const RowFormat& f, float* out, const float* att, const std::byte* rows, int n, int off, int hd) {
-  if (simd_ok(f, hd)) {
-    switch (f.type) {
-      case KvType::f32: return accumulate_avx2<KvType::f32>(f, out, att, rows, n, off, hd);
-      case KvType::f16: return accumulate_avx2<KvType::f16>(f, out, att, rows, n, off, hd);
-      case KvType::int8: return accumulate_avx2<KvType::int8>(f, out, att, rows, n, off, hd);
-      case KvType::int4:
-      case KvType::int4_kivi: return accumulate_avx2<KvType::int4>(f, out, att, rows, n, off, hd);
-    }
+void row_accumulate(const RowFormat& f, float* const* out, const float* const* att, const int* off, int H,
+                    const std::byte* rows, int n, int hd) {
+  if (!simd_ok(f, hd)) {
+    for (int h = 0; h < H; ++h) accumulate_scalar(f, out[h], att[h], rows, n, off[h], hd);
+    return;
   }
-  accumulate_scalar(f, out, att, rows, n, off, hd);
+  switch (f.type) {
+    case KvType::f32: return accumulate_avx2<KvType::f32>(f, out, att, off, H, rows, n, hd);
+    case KvType::f16: return accumulate_avx2<KvType::f16>(f, out, att, off, H, rows, n, hd);
+    case KvType::int8: return accumulate_avx2<KvType::int8>(f, out, att, off, H, rows, n, hd);
+    case KvType::int4:
+    case KvType::int4_kivi: return accumulate_avx2<KvType::int4>(f, out, att, off, H, rows, n, hd);
+  }
 }
 
 }  // namespace lmp::kv

@@ -510,7 +510,7 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-__attribute__((target("avx2,fma"))) void softmax_avx2(float* x, int n) {
+__attribute__((target("avx2,fma"))) SoftmaxStats softmax_avx2(float* x, int n) {
   __m256 mv = _mm256_set1_ps(x[0]);
   int i = 0;
   for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
@@ -542,6 +542,7 @@ __attribute__((target("avx2,fma"))) void softmax_avx2(float* x, int n) {
   i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
   for (; i < n; ++i) x[i] *= 1.0f / z;
+  return {m, z};
 }
 
 // g = silu(g) · u, 8 at a time: silu(x) = x · σ(x) with σ(x) = 1 / (1 + e^-x) for x >= 0
@@ -577,7 +578,7 @@ void swiglu(float* g, const float* u, std::size_t n) {
   }
 }
 
-void softmax(float* x, int n) {
+SoftmaxStats softmax(float* x, int n) {
   if (cpu::avx2()) return softmax_avx2(x, n);
   float m = x[0];
   for (int i = 1; i < n; ++i) m = std::max(m, x[i]);
@@ -585,6 +586,7 @@ void softmax(float* x, int n) {
   for (int i = 0; i < n; ++i) z += (x[i] = std::exp(x[i] - m));
   const float inv = 1.0f / z;
   for (int i = 0; i < n; ++i) x[i] *= inv;
+  return {m, z};
 }
 
 void rope(float* v, int n_head, int head_dim, int pos, float theta, RopeLayout layout) {

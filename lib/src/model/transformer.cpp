@@ -173,76 +173,147 @@ void Transformer::matvecs(std::span<const std::pair<const Weight*, float*>> jobs
   });
 }
 
-// One head's attention for the query at `pos` over the first n_visible cached tokens of
-// `blocks`: q (head_dim) against the keys of its kv head, softmax, the values summed into
-// out (head_dim). att: scratch of n_visible floats. Keys of a block with q_pos >= 0 (the
-// sinks, after eviction) meet the query rotated to q_pos instead of pos.
-void Transformer::attend_head(int h, int pos, int n_visible, const float* q, float* out, float* att,
-                              const kv::RowFormat& fmt, const std::vector<kv::KvBlock>& blocks) const {
+// Heads [h0, h1) of the query at `pos` over cached tokens [t_lo, t_hi) of `blocks`: q and
+// out (n_head, head_dim) hold every head; att (h1 - h0, ld ≥ t_hi) takes the weights at
+// the tokens' indices; qbuf ((h1 - h0) · head_dim) is scratch; stats, if given, takes each
+// head's softmax maximum and sum. Up to 16 heads at a time read each block row by row,
+// their slices together: the scores, a softmax per head, the values. Keys of a block with
+// q_pos >= 0 (the sinks, after eviction) meet the query rotated to q_pos instead of pos.
+void Transformer::attend_heads(int h0, int h1, int pos, int t_lo, int t_hi, const float* q, float* out, float* att,
+                               std::size_t ld, float* qbuf, SoftmaxStats* stats, const kv::RowFormat& fmt,
+                               const std::vector<kv::KvBlock>& blocks) const {
   const Config& c = cfg_;
-  const int hd = c.head_dim();
-  const int kv_off = (h / (c.n_head / c.n_kv_head)) * hd;
+  const int hd = c.head_dim(), group = c.n_head / c.n_kv_head;
+  const auto uhd = static_cast<std::size_t>(hd);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float q_moved[kMaxHeadDim], q_scaled[kMaxHeadDim];
-  // The next block's rows of this head, asked for while the current block is read (blocks
-  // of the paged cache lie anywhere: no prefetcher follows from one to the next).
-  auto prefetch_next = [&](std::size_t i, int t_next, bool keys) {
-    if (i + 1 >= blocks.size() || t_next >= n_visible) return;
-    const kv::KvBlock& nb = blocks[i + 1];
-    const kv::RowFormat& f = keys ? (nb.kfmt ? *nb.kfmt : fmt) : (nb.vfmt ? *nb.vfmt : fmt);
-    const std::byte* base = keys ? nb.k : nb.v;
-    kv::prefetch_rows(f, base + static_cast<std::size_t>(nb.begin) * f.bytes, std::min(nb.size(), n_visible - t_next), kv_off, hd);
+  constexpr int kHeads = 16;
+  // The blocks' rows within [t_lo, t_hi): f(block, first row in the block, rows, token).
+  auto each_block = [&](auto&& f) {
+    int t = 0;
+    for (std::size_t bi = 0; bi < blocks.size() && t < t_hi; ++bi) {
+      const kv::KvBlock& b = blocks[bi];
+      const int s = std::max(t, t_lo), e = std::min(t + b.size(), t_hi);
+      if (e > s) f(bi, b.begin + (s - t), e - s, s);
+      t += b.size();
+    }
   };
-  int t = 0;
-  for (std::size_t bi = 0; bi < blocks.size(); ++bi) {
-    const kv::KvBlock& b = blocks[bi];
-    const int m = std::min(b.size(), n_visible - t);
-    if (m <= 0) break;
-    prefetch_next(bi, t + m, true);
-    const kv::RowFormat& kf = b.kfmt ? *b.kfmt : fmt;
-    const float* qq = q;
-    if (b.q_pos >= 0 && b.q_pos != pos) {
-      std::copy(q, q + hd, q_moved);
-      rope(q_moved, 1, hd, b.q_pos - pos, c.rope_theta, c.rope);  // rotations compose: pos + (q_pos - pos)
-      qq = q_moved;
+  for (int g0 = h0; g0 < h1; g0 += kHeads) {
+    const int H = std::min(kHeads, h1 - g0);
+    int off[kHeads];
+    float* a[kHeads];
+    float* o[kHeads];
+    const float* qq[kHeads];
+    for (int i = 0; i < H; ++i) {
+      const int h = g0 + i;
+      off[i] = (h / group) * hd;
+      a[i] = att + static_cast<std::size_t>(h - h0) * ld;
+      o[i] = out + static_cast<std::size_t>(h) * uhd;
+      std::fill(o[i], o[i] + hd, 0.0f);
     }
-    if (b.kscale) {  // per-channel key scales (int4-kivi): q · (s ⊙ k) = (q ⊙ s) · k
-      for (int i = 0; i < hd; ++i) q_scaled[i] = qq[i] * f16_to_f32(b.kscale[kv_off + i]);
-      qq = q_scaled;
+    const int lo = off[0], hi = off[H - 1] + hd;  // the kv slices these heads read
+    // The next block's rows, asked for while the current block is read (blocks of the
+    // paged cache lie anywhere: no prefetcher follows from one to the next).
+    auto prefetch_next = [&](std::size_t bi, int t_next, bool keys) {
+      if (bi + 1 >= blocks.size() || t_next >= t_hi) return;
+      const kv::KvBlock& nb = blocks[bi + 1];
+      const kv::RowFormat& f = keys ? (nb.kfmt ? *nb.kfmt : fmt) : (nb.vfmt ? *nb.vfmt : fmt);
+      const std::byte* base = keys ? nb.k : nb.v;
+      kv::prefetch_rows(f, base + static_cast<std::size_t>(nb.begin) * f.bytes, std::min(nb.size(), t_hi - t_next), lo, hi);
+    };
+    each_block([&](std::size_t bi, int row, int m, int t) {
+      const kv::KvBlock& b = blocks[bi];
+      prefetch_next(bi, t + m, true);
+      const kv::RowFormat& kf = b.kfmt ? *b.kfmt : fmt;
+      const bool moved = b.q_pos >= 0 && b.q_pos != pos;
+      float* at[kHeads];
+      for (int i = 0; i < H; ++i) {
+        at[i] = a[i] + t;
+        const float* src = q + static_cast<std::size_t>(g0 + i) * uhd;
+        qq[i] = src;
+        if (!moved && !b.kscale) continue;
+        float* dst = qbuf + static_cast<std::size_t>(g0 + i - h0) * uhd;
+        std::copy(src, src + hd, dst);
+        if (moved) rope(dst, 1, hd, b.q_pos - pos, c.rope_theta, c.rope);  // rotations compose: pos + (q_pos - pos)
+        if (b.kscale)  // per-channel key scales (int4-kivi): q · (s ⊙ k) = (q ⊙ s) · k
+          for (int k = 0; k < hd; ++k) dst[k] *= f16_to_f32(b.kscale[off[i] + k]);
+        qq[i] = dst;
+      }
+      kv::row_scores(kf, at, qq, off, H, b.k + static_cast<std::size_t>(row) * kf.bytes, m, hd, scale);
+    });
+    for (int i = 0; i < H; ++i) {
+      const SoftmaxStats st = softmax(a[i] + t_lo, t_hi - t_lo);
+      if (stats) stats[g0 + i - h0] = st;
     }
-    kv::row_scores(kf, att + t, qq, b.k + static_cast<std::size_t>(b.begin) * kf.bytes, m, kv_off, hd, scale);
-    t += m;
-  }
-  softmax(att, t);
-  std::fill(out, out + hd, 0.0f);
-  t = 0;
-  for (std::size_t bi = 0; bi < blocks.size(); ++bi) {
-    const kv::KvBlock& b = blocks[bi];
-    const int m = std::min(b.size(), n_visible - t);
-    if (m <= 0) break;
-    prefetch_next(bi, t + m, false);
-    const kv::RowFormat& vf = b.vfmt ? *b.vfmt : fmt;
-    kv::row_accumulate(vf, out, att + t, b.v + static_cast<std::size_t>(b.begin) * vf.bytes, m, kv_off, hd);
-    t += m;
+    each_block([&](std::size_t bi, int row, int m, int t) {
+      const kv::KvBlock& b = blocks[bi];
+      prefetch_next(bi, t + m, false);
+      const kv::RowFormat& vf = b.vfmt ? *b.vfmt : fmt;
+      const float* at[kHeads];
+      for (int i = 0; i < H; ++i) at[i] = a[i] + t;
+      kv::row_accumulate(vf, o, at, off, H, b.v + static_cast<std::size_t>(row) * vf.bytes, m, hd);
+    });
   }
 }
 
+// The decode step's attention. The keys are taken in parts of kAttnPart tokens (their
+// number depends on the context alone, not on the threads, so neither do the bits), each
+// part with its own softmax and weighted sum of values, all of a row's heads read
+// together; the parts are then combined, each weighted by its share of the exponentials'
+// sum (a context of one part: its result as is). Threads take (part, heads) pairs: with
+// fewer parts than threads the heads are split as well, whole kv groups where possible.
 void Transformer::attention(int layer, int pos, kv::SeqId seq, const kv::KvCache& cache, ThreadPool& pool) {
   const Config& c = cfg_;
-  const auto hd = static_cast<std::size_t>(c.head_dim());
   cache.blocks(layer, seq, blocks_);
   int total = 0;
   for (const auto& b : blocks_) total += b.size();
-  const auto n = static_cast<std::size_t>(total);
-  att_.resize(static_cast<std::size_t>(c.n_head) * n);
-  auto head = [&](std::size_t h) {
-    attend_head(static_cast<int>(h), pos, total, q_.data() + h * hd, xb_.data() + h * hd, att_.data() + h * n,
-                cache.format(), blocks_);
+  const auto n = static_cast<std::size_t>(total), E = static_cast<std::size_t>(c.n_embd),
+             NH = static_cast<std::size_t>(c.n_head), hd = static_cast<std::size_t>(c.head_dim());
+  constexpr std::size_t kAttnPart = 256;
+  const std::size_t parts = std::max<std::size_t>(1, (n + kAttnPart - 1) / kAttnPart);
+  att_.resize(NH * n);
+  qbuf_.resize(parts * E);
+  part_out_.resize(parts > 1 ? parts * E : 0);
+  part_stats_.resize(parts * NH);
+  const bool serial = static_cast<std::int64_t>(n) * c.n_embd < (1 << 15);
+  const auto T = static_cast<std::size_t>(pool.size());
+  const std::size_t splits = serial ? 1 : std::min(NH, std::max<std::size_t>(1, (T + parts - 1) / parts));
+  const int group = c.n_head / c.n_kv_head;
+  auto bound = [&](std::size_t i) {  // heads [bound(i), bound(i + 1)) form split i
+    if (static_cast<std::size_t>(c.n_kv_head) >= splits)
+      return static_cast<int>(static_cast<std::size_t>(c.n_kv_head) * i / splits) * group;
+    return static_cast<int>(NH * i / splits);
   };
-  if (static_cast<std::int64_t>(n) * c.n_embd < (1 << 15)) {
-    for (std::size_t h = 0; h < static_cast<std::size_t>(c.n_head); ++h) head(h);
+  auto item = [&](std::size_t k) {
+    const std::size_t p = k / splits, sp = k % splits;
+    const int h0 = bound(sp), h1 = bound(sp + 1);
+    const auto t_lo = static_cast<int>(p * kAttnPart), t_hi = static_cast<int>(std::min(n, (p + 1) * kAttnPart));
+    float* out = parts > 1 ? part_out_.data() + p * E : xb_.data();
+    attend_heads(h0, h1, pos, t_lo, t_hi, q_.data(), out, att_.data() + static_cast<std::size_t>(h0) * n, n,
+                 qbuf_.data() + p * E + static_cast<std::size_t>(h0) * hd, part_stats_.data() + p * NH + static_cast<std::size_t>(h0),
+                 cache.format(), blocks_);
+  };
+  if (serial) {
+    for (std::size_t k = 0; k < parts * splits; ++k) item(k);
   } else {
-    pool.run(static_cast<std::size_t>(c.n_head), head);
+    pool.run(parts * splits, item);
+  }
+  if (parts == 1) return;
+  for (std::size_t h = 0; h < NH; ++h) {
+    float m = part_stats_[h].max;
+    for (std::size_t p = 1; p < parts; ++p) m = std::max(m, part_stats_[p * NH + h].max);
+    float z = 0;
+    for (std::size_t p = 0; p < parts; ++p) {
+      SoftmaxStats& st = part_stats_[p * NH + h];
+      st.sum *= std::exp(st.max - m);  // the part's exponentials on the common maximum
+      z += st.sum;
+    }
+    float* out = xb_.data() + h * hd;
+    std::fill(out, out + hd, 0.0f);
+    for (std::size_t p = 0; p < parts; ++p) {
+      const float w = part_stats_[p * NH + h].sum / z;
+      const float* o = part_out_.data() + p * E + h * hd;
+      for (std::size_t i = 0; i < hd; ++i) out[i] += w * o[i];
+    }
   }
 }
 
@@ -488,11 +559,10 @@ Status Transformer::forward_batch(std::span<const TokenId> tokens, int pos0, kv:
       for (std::size_t t = i; t < N; t += T) {
         const int pos = pos0 + static_cast<int>(t);
         const int visible = total - static_cast<int>(N) + static_cast<int>(t) + 1;
-        batt_[i].resize(static_cast<std::size_t>(visible));
-        const auto hd = static_cast<std::size_t>(c.head_dim());
-        for (int h = 0; h < c.n_head; ++h)
-          attend_head(h, pos, visible, bq_.data() + t * E + static_cast<std::size_t>(h) * hd,
-                      bxb_.data() + t * E + static_cast<std::size_t>(h) * hd, batt_[i].data(), cache.format(), blocks_);
+        const auto vis = static_cast<std::size_t>(visible);
+        batt_[i].resize(static_cast<std::size_t>(c.n_head) * vis + E);  // scores, then the moved queries
+        attend_heads(0, c.n_head, pos, 0, visible, bq_.data() + t * E, bxb_.data() + t * E, batt_[i].data(), vis,
+                     batt_[i].data() + static_cast<std::size_t>(c.n_head) * vis, nullptr, cache.format(), blocks_);
       }
     });
     const Mm o[] = {{&w.wo, bxb2_.data(), E}};

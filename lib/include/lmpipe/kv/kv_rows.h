@@ -49,20 +49,34 @@ void load_row(const RowFormat& fmt, float* x, const std::byte* row);
 // row (an unscaled int4 row) = round(x · inv_scale) clamped to -7..7: x (kv_dim), inv_scale (kv_dim)
 void store_row_unscaled(const RowFormat& fmt, std::byte* row, const float* x, const float* inv_scale);
 
-// Attention's two inner loops over n rows (consecutive, fmt.bytes apart), on the numbers
-// off .. off+hd-1 of each row (one head: off and hd multiples of the group):
-//   att (n) = scale · q · K_j          (q: hd floats)
-//   out (hd) += Σ_j att_j · V_j
-// Quantized rows are dequantized inside the dot products, group by group.
-void row_scores(const RowFormat& fmt, float* att, const float* q, const std::byte* rows, int n, int off, int hd,
-                float scale);
-void row_accumulate(const RowFormat& fmt, float* out, const float* att, const std::byte* rows, int n, int off, int hd);
+// Attention's two inner loops over n rows (consecutive, fmt.bytes apart) for H heads at
+// once, head h on the numbers off[h] .. off[h]+hd-1 of each row (off and hd multiples of
+// the group; heads may share a slice, as GQA's do):
+//   att[h] (n) = scale · q[h] · K_j          (q[h]: hd floats)
+//   out[h] (hd) += Σ_j att[h]_j · V_j
+// Row by row, each row's slices of all H heads together, so that the rows are read in
+// memory order rather than in one strided pass per head. Quantized rows are dequantized
+// inside the dot products, group by group. A head's numbers are the same bits whatever
+// heads come with it and wherever a block of rows starts.
+void row_scores(const RowFormat& fmt, float* const* att, const float* const* q, const int* off, int H,
+                const std::byte* rows, int n, int hd, float scale);
+void row_accumulate(const RowFormat& fmt, float* const* out, const float* const* att, const int* off, int H,
+                    const std::byte* rows, int n, int hd);
+// One head.
+inline void row_scores(const RowFormat& fmt, float* att, const float* q, const std::byte* rows, int n, int off, int hd,
+                       float scale) {
+  row_scores(fmt, &att, &q, &off, 1, rows, n, hd, scale);
+}
+inline void row_accumulate(const RowFormat& fmt, float* out, const float* att, const std::byte* rows, int n, int off,
+                           int hd) {
+  row_accumulate(fmt, &out, &att, &off, 1, rows, n, hd);
+}
 // x (hd) = the numbers off .. off+hd-1 of a row, dequantized (unscaled rows: the integers),
 // for prompt processing's attention, which multiplies tiles of keys and values in f32.
 void load_slice(const RowFormat& fmt, float* x, const std::byte* row, int off, int hd);
-// Asks the memory for the head slices of rows [0, n) ahead of their use (at most 16 rows):
-// the two loops above prefetch within their own rows only, so the paged cache's attention
-// calls this for the next block while it reads the current one.
-void prefetch_rows(const RowFormat& fmt, const std::byte* rows, int n, int off, int hd);
+// Asks the memory for the numbers lo .. hi-1 of rows [0, n) ahead of their use (at most
+// 16 rows): the two loops above prefetch within their own rows only, so the paged
+// cache's attention calls this for the next block while it reads the current one.
+void prefetch_rows(const RowFormat& fmt, const std::byte* rows, int n, int lo, int hi);
 
 }  // namespace lmp::kv

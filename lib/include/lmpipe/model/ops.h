@@ -92,8 +92,12 @@ void axpy(float* y, float alpha, const float* x, int n);
 
 // out (n) = x / rms(x) * w
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
-// x (n) = softmax(x), the maximum subtracted
-void softmax(float* x, int n);
+// x (n) = softmax(x), the maximum subtracted; returns that maximum and the sum of the
+// exponentials, which softmaxes over parts of a row need to be combined.
+struct SoftmaxStats {
+  float max, sum;
+};
+SoftmaxStats softmax(float* x, int n);
 
 // SwiGLU's product: g (n) = silu(g) · u, silu(x) = x / (1 + e^-x) (vectorised exponential,
 // relative error under 2e-7; the decode step and prompt processing share it).

@@ -75,8 +75,9 @@ class Transformer {
     std::size_t ld;
   };
   void matmuls(std::span<const Mm> jobs, const float* x, std::int64_t n, ThreadPool& pool);
-  void attend_head(int h, int pos, int n_visible, const float* q, float* out, float* att, const kv::RowFormat& fmt,
-                   const std::vector<kv::KvBlock>& blocks) const;
+  void attend_heads(int h0, int h1, int pos, int t_lo, int t_hi, const float* q, float* out, float* att,
+                    std::size_t ld, float* qbuf, SoftmaxStats* stats, const kv::RowFormat& fmt,
+                    const std::vector<kv::KvBlock>& blocks) const;
   Transformer() = default;
   void matvecs(std::span<const std::pair<const Weight*, float*>> jobs, const float* x, ThreadPool& pool);
   // Prompt processing's causal attention, bq_ → bxb_, for n tokens whose keys are the last
@@ -92,6 +93,9 @@ class Transformer {
   bool quantized_ = false;             // some matrix is q8_0 or q4_0
   // Scratch: the state of one token ("the wave of activations").
   std::vector<float> x_, xb_, xb2_, q_, k_, v_, att_, hb_, hb2_;  // see forward()
+  std::vector<float> qbuf_;            // (parts, n_embd) the queries moved or scaled for a block
+  std::vector<float> part_out_;        // (parts, n_embd) attention's parts of the context, combined
+  std::vector<SoftmaxStats> part_stats_;  // (parts, n_head)
   QuantizedVec xq_;
   std::vector<kv::KvBlock> blocks_;
   // Scratch of forward_batch: (n, n_embd) and (n, n_ff) activations; per-thread buffers.
