@@ -302,9 +302,43 @@ __attribute__((target("avx2,fma,f16c"))) void scores_avx2(const RowFormat& f, fl
   }
 }
 
-// out[h] (hd) += Σ_j att[h]_j · V_j over the rows, row by row: for each row every head's
-// slice, 8 numbers at a time (a load, a multiply-add and a store of out, which stays in
-// L1). Each number's sum is the same chain of multiply-adds in row order as with one head.
+// out[c0 .. c0 + 8·NR) += Σ_j att_j · V_j over n rows, the slice in NR registers.
+template <KvType T, int NR>
+__attribute__((target("avx2,fma,f16c"))) inline void accumulate_slice(const RowFormat& f, float* out, const float* att,
+                                                                      const std::byte* rows, int n, int e0) {
+  __m256 acc[NR];
+  for (int i = 0; i < NR; ++i) acc[i] = _mm256_loadu_ps(out + 8 * i);
+  for (int j = 0; j < n; ++j) {
+    const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
+    if constexpr (!quantized<T>()) {
+      const __m256 a = _mm256_set1_ps(att[j]);
+      for (int i = 0; i < NR; ++i) acc[i] = _mm256_fmadd_ps(a, load8_at<T>(f, r, e0 + 8 * i), acc[i]);
+    } else {  // one coefficient (weight × scale) per group the slice crosses
+      int g = e0 / f.group;
+      __m256 a = _mm256_set1_ps(att[j] * scale_f16(f, r, g));
+      for (int i = 0; i < NR; ++i) {
+        const int e = e0 + 8 * i;
+        if (e / f.group != g) {
+          g = e / f.group;
+          a = _mm256_set1_ps(att[j] * scale_f16(f, r, g));
+        }
+        acc[i] = _mm256_fmadd_ps(a, load8_at<T>(f, r, e), acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < NR; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
+}
+
+// out[h] (hd) += Σ_j att[h]_j · V_j over the rows, in memory order, two ways that give the
+// same bits (each number's sum is the same chain of multiply-adds in row order as with one
+// head and all rows at once):
+// - f32, f16, int8 (memory-bound): row by row, every head's slice of the row 8 numbers at
+//   a time, out loaded, multiplied-added and stored (it stays in L1);
+// - int4 (its nibbles cost more to unpack than to read): 16 rows at a time, each head's
+//   slice of them with its sums in registers (64 numbers at a time), the 16 rows staying
+//   in L1 while the heads pass over them. Measured at 2048 tokens of context, stories110M,
+//   one thread: the first way is 5–10% faster for f32, f16 and int8, the second 15–20%
+//   for int4.
 template <KvType T>
 __attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(const RowFormat& f, float* const* out,
                                                               const float* const* att, const int* off, int H,
@@ -314,23 +348,46 @@ __attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(const RowFormat& f
     first = std::min(first, data_offset(f, off[h]));
     last = std::max(last, data_offset(f, off[h] + hd) - 1);
   }
-  for (int j = 0; j < n; ++j) {
-    const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
-    if constexpr (T != KvType::int4) {  // (int4's values: measured slower with it)
+  if constexpr (T != KvType::int4) {
+    for (int j = 0; j < n; ++j) {
+      const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
       if (j + 16 < n) prefetch_slice(f, r + 16 * f.bytes, first, last);
-    }
-    for (int h = 0; h < H; ++h) {
-      float* o = out[h];
-      const float w = att[h][j];
-      if constexpr (!quantized<T>()) {
-        const __m256 a = _mm256_set1_ps(w);
-        for (int i = 0; i < hd; i += 8)
-          _mm256_storeu_ps(o + i, _mm256_fmadd_ps(a, load8_at<T>(f, r, off[h] + i), _mm256_loadu_ps(o + i)));
-      } else {  // one coefficient (weight × scale) per group
-        for (int g0 = 0; g0 < hd; g0 += f.group) {
-          const __m256 a = _mm256_set1_ps(w * scale_f16(f, r, (off[h] + g0) / f.group));
-          for (int i = g0; i < g0 + f.group && i < hd; i += 8)
+      for (int h = 0; h < H; ++h) {
+        float* o = out[h];
+        const float w = att[h][j];
+        if constexpr (!quantized<T>()) {
+          const __m256 a = _mm256_set1_ps(w);
+          for (int i = 0; i < hd; i += 8)
             _mm256_storeu_ps(o + i, _mm256_fmadd_ps(a, load8_at<T>(f, r, off[h] + i), _mm256_loadu_ps(o + i)));
+        } else {  // one coefficient (weight × scale) per group
+          for (int g0 = 0; g0 < hd; g0 += f.group) {
+            const __m256 a = _mm256_set1_ps(w * scale_f16(f, r, (off[h] + g0) / f.group));
+            for (int i = g0; i < g0 + f.group && i < hd; i += 8)
+              _mm256_storeu_ps(o + i, _mm256_fmadd_ps(a, load8_at<T>(f, r, off[h] + i), _mm256_loadu_ps(o + i)));
+          }
+        }
+      }
+    }
+  } else {  // (no prefetch: int4's values measured slower with it)
+    constexpr int kRows = 16;
+    for (int j0 = 0; j0 < n; j0 += kRows) {
+      const int m = std::min(kRows, n - j0);
+      const std::byte* r0 = rows + static_cast<std::size_t>(j0) * f.bytes;
+      for (int h = 0; h < H; ++h) {
+        const float* a = att[h] + j0;
+        for (int c = 0; c < hd; c += 64) {
+          float* o = out[h] + c;
+          const int e = off[h] + c;
+          switch (std::min(64, hd - c) / 8) {
+            case 1: accumulate_slice<T, 1>(f, o, a, r0, m, e); break;
+            case 2: accumulate_slice<T, 2>(f, o, a, r0, m, e); break;
+            case 3: accumulate_slice<T, 3>(f, o, a, r0, m, e); break;
+            case 4: accumulate_slice<T, 4>(f, o, a, r0, m, e); break;
+            case 5: accumulate_slice<T, 5>(f, o, a, r0, m, e); break;
+            case 6: accumulate_slice<T, 6>(f, o, a, r0, m, e); break;
+            case 7: accumulate_slice<T, 7>(f, o, a, r0, m, e); break;
+            default: accumulate_slice<T, 8>(f, o, a, r0, m, e); break;
+          }
         }
       }
     }

@@ -330,75 +330,75 @@ void Transformer::attention_tiles(std::int64_t n, int total, const kv::RowFormat
       rows_.push_back({b.k + static_cast<std::size_t>(t) * kf->bytes, b.v + static_cast<std::size_t>(t) * vf->bytes, kf, vf,
                        b.kscale});
   }
-  // Every kv head's keys and values dequantized to f32 once (KIVI's per-channel key scales
-  // applied) and packed for the micro-kernel: keys in chunks of 32, Kt (hd, 32) each;
-  // values in panels of 32 columns, one row of 32 per key.
+  // One kv head at a time, its keys and values dequantized to f32 (KIVI's per-channel key
+  // scales applied) and packed for the micro-kernel: keys in chunks of 32, Kt (hd, 32)
+  // each; values in panels of 32 columns, one row of 32 per key. Scratch of
+  // total · head_dim · 8 bytes, not a copy of the layer's cache.
   const auto keys = static_cast<std::size_t>(total);
   const std::size_t chunks = (keys + kAttnKeys - 1) / kAttnKeys, keys_pad = chunks * kAttnKeys;
   const std::size_t panels = (hd + kAttnKeys - 1) / kAttnKeys;
-  const auto KV = static_cast<std::size_t>(c.n_kv_head);
-  kpack_.resize(KV * chunks * hd * kAttnKeys);
-  vpack_.assign(KV * panels * keys_pad * kAttnKeys, 0.0f);
-  auto kt = [&](std::size_t g, std::size_t chunk) { return kpack_.data() + (g * chunks + chunk) * hd * kAttnKeys; };
-  auto vp = [&](std::size_t g, std::size_t p) { return vpack_.data() + (g * panels + p) * keys_pad * kAttnKeys; };
-  pool.run(KV * chunks, [&](std::size_t item) {
-    const std::size_t g = item / chunks, chunk = item % chunks, c0 = chunk * kAttnKeys;
-    const std::size_t m = std::min(kAttnKeys, keys - c0);
-    const int off = static_cast<int>(g * hd);
-    float rows[kAttnKeys * kMaxHeadDim], v[kMaxHeadDim];
-    for (std::size_t j = 0; j < m; ++j) {
-      const CacheRow& r = rows_[c0 + j];
-      float* k = rows + j * hd;
-      kv::load_slice(*r.kfmt, k, r.k, off, static_cast<int>(hd));
-      if (r.kscale)
-        for (std::size_t i = 0; i < hd; ++i) k[i] *= f16_to_f32(r.kscale[static_cast<std::size_t>(off) + i]);
-      kv::load_slice(*r.vfmt, v, r.v, off, static_cast<int>(hd));
-      for (std::size_t i = 0; i < hd; ++i) vp(g, i / kAttnKeys)[(c0 + j) * kAttnKeys + i % kAttnKeys] = v[i];
-    }
-    pack_keys(kt(g, chunk), rows, m, hd);
-  });
-  // A tile: bt tokens × the G heads of one kv head, about 64 query rows, fewer tokens when
-  // that leaves threads without work.
+  kpack_.resize(chunks * hd * kAttnKeys);
+  vpack_.resize(panels * keys_pad * kAttnKeys);
+  auto kt = [&](std::size_t chunk) { return kpack_.data() + chunk * hd * kAttnKeys; };
+  auto vp = [&](std::size_t p) { return vpack_.data() + p * keys_pad * kAttnKeys; };
+  // A tile: bt tokens × the G query heads of the kv head, about 64 rows, fewer tokens
+  // when that leaves threads without work.
   const auto T = static_cast<std::int64_t>(pool.size());
   std::int64_t bt = std::max(1, 64 / G);
-  while (bt > 1 && (n + bt - 1) / bt * c.n_kv_head < 4 * T) bt /= 2;
-  const std::int64_t n_tiles = (n + bt - 1) / bt, items = n_tiles * c.n_kv_head;
+  while (bt > 1 && (n + bt - 1) / bt < 4 * T) bt /= 2;
+  const std::int64_t n_tiles = (n + bt - 1) / bt;
   tiles_.resize(static_cast<std::size_t>(T));
-  std::atomic<std::int64_t> next{0};
-  pool.run(static_cast<std::size_t>(T), [&](std::size_t slot) {
-    TileScratch& ts = tiles_[slot];
-    // The last tiles see the most keys: handed out first.
-    for (std::int64_t item; (item = next.fetch_add(1)) < items;) {
-      const std::int64_t t0 = (n_tiles - 1 - item / c.n_kv_head) * bt, t1 = std::min(n, t0 + bt);
-      const auto g = static_cast<std::size_t>(item % c.n_kv_head);
-      const auto rows = static_cast<std::size_t>((t1 - t0) * G);
-      auto visible = [&](std::int64_t t) { return static_cast<std::size_t>(total - n + t + 1); };
-      const std::size_t cmax = visible(t1 - 1);
-      ts.q.resize(rows * hd);
-      ts.o.resize(rows * hd);
-      ts.s.resize(rows * cmax);
-      for (std::int64_t t = t0; t < t1; ++t)  // row (t - t0) · G + j: token t, head g · G + j
-        std::copy_n(bq_.data() + static_cast<std::size_t>(t) * E + g * static_cast<std::size_t>(G) * hd, G * hd,
-                    ts.q.data() + static_cast<std::size_t>((t - t0) * G) * hd);
-      for (std::size_t c0 = 0; c0 < cmax; c0 += kAttnKeys)
-        attn_scores_f32(ts.s.data() + c0, cmax, ts.q.data(), rows, kt(g, c0 / kAttnKeys), std::min(kAttnKeys, cmax - c0), hd);
-      for (std::size_t r = 0; r < rows; ++r) {
-        float* s = ts.s.data() + r * cmax;
-        const std::size_t vis = visible(t0 + static_cast<std::int64_t>(r) / G);
-        for (std::size_t j = 0; j < vis; ++j) s[j] *= scale;
-        softmax(s, static_cast<int>(vis));
-        std::fill(s + vis, s + cmax, 0.0f);  // keys after the token: weight 0
+  for (std::size_t g = 0; g < static_cast<std::size_t>(c.n_kv_head); ++g) {
+    const int off = static_cast<int>(g * hd);
+    pool.run(chunks, [&](std::size_t chunk) {
+      const std::size_t c0 = chunk * kAttnKeys, m = std::min(kAttnKeys, keys - c0);
+      float rows[kAttnKeys * kMaxHeadDim], v[kMaxHeadDim];
+      for (std::size_t j = 0; j < m; ++j) {
+        const CacheRow& r = rows_[c0 + j];
+        float* k = rows + j * hd;
+        kv::load_slice(*r.kfmt, k, r.k, off, static_cast<int>(hd));
+        if (r.kscale)
+          for (std::size_t i = 0; i < hd; ++i) k[i] *= f16_to_f32(r.kscale[static_cast<std::size_t>(off) + i]);
+        kv::load_slice(*r.vfmt, v, r.v, off, static_cast<int>(hd));
+        for (std::size_t i = 0; i < hd; ++i) vp(i / kAttnKeys)[(c0 + j) * kAttnKeys + i % kAttnKeys] = v[i];
       }
-      // The values 64 keys at a time, each panel's columns.
-      for (std::size_t c0 = 0; c0 < cmax; c0 += 2 * kAttnKeys)
-        for (std::size_t p = 0; p < panels; ++p)
-          attn_values_f32(ts.o.data() + p * kAttnKeys, hd, std::min(kAttnKeys, hd - p * kAttnKeys), ts.s.data() + c0, cmax,
-                          rows, vp(g, p) + c0 * kAttnKeys, std::min(2 * kAttnKeys, cmax - c0), c0 > 0);
-      for (std::int64_t t = t0; t < t1; ++t)
-        std::copy_n(ts.o.data() + static_cast<std::size_t>((t - t0) * G) * hd, G * hd,
-                    bxb_.data() + static_cast<std::size_t>(t) * E + g * static_cast<std::size_t>(G) * hd);
-    }
-  });
+      pack_keys(kt(chunk), rows, m, hd);
+    });
+    std::atomic<std::int64_t> next{0};
+    pool.run(static_cast<std::size_t>(T), [&](std::size_t slot) {
+      TileScratch& ts = tiles_[slot];
+      // The last tiles see the most keys: handed out first.
+      for (std::int64_t tile; (tile = next.fetch_add(1)) < n_tiles;) {
+        const std::int64_t t0 = (n_tiles - 1 - tile) * bt, t1 = std::min(n, t0 + bt);
+        const auto rows = static_cast<std::size_t>((t1 - t0) * G);
+        auto visible = [&](std::int64_t t) { return static_cast<std::size_t>(total - n + t + 1); };
+        const std::size_t cmax = visible(t1 - 1);
+        ts.q.resize(rows * hd);
+        ts.o.resize(rows * hd);
+        ts.s.resize(rows * cmax);
+        for (std::int64_t t = t0; t < t1; ++t)  // row (t - t0) · G + j: token t, head g · G + j
+          std::copy_n(bq_.data() + static_cast<std::size_t>(t) * E + g * static_cast<std::size_t>(G) * hd, G * hd,
+                      ts.q.data() + static_cast<std::size_t>((t - t0) * G) * hd);
+        for (std::size_t c0 = 0; c0 < cmax; c0 += kAttnKeys)
+          attn_scores_f32(ts.s.data() + c0, cmax, ts.q.data(), rows, kt(c0 / kAttnKeys), std::min(kAttnKeys, cmax - c0), hd);
+        for (std::size_t r = 0; r < rows; ++r) {
+          float* s = ts.s.data() + r * cmax;
+          const std::size_t vis = visible(t0 + static_cast<std::int64_t>(r) / G);
+          for (std::size_t j = 0; j < vis; ++j) s[j] *= scale;
+          softmax(s, static_cast<int>(vis));
+          std::fill(s + vis, s + cmax, 0.0f);  // keys after the token: weight 0
+        }
+        // The values 64 keys at a time, each panel's columns.
+        for (std::size_t c0 = 0; c0 < cmax; c0 += 2 * kAttnKeys)
+          for (std::size_t p = 0; p < panels; ++p)
+            attn_values_f32(ts.o.data() + p * kAttnKeys, hd, std::min(kAttnKeys, hd - p * kAttnKeys), ts.s.data() + c0,
+                            cmax, rows, vp(p) + c0 * kAttnKeys, std::min(2 * kAttnKeys, cmax - c0), c0 > 0);
+        for (std::int64_t t = t0; t < t1; ++t)
+          std::copy_n(ts.o.data() + static_cast<std::size_t>((t - t0) * G) * hd, G * hd,
+                      bxb_.data() + static_cast<std::size_t>(t) * E + g * static_cast<std::size_t>(G) * hd);
+      }
+    });
+  }
 }
 
 Status Transformer::forward(TokenId token, int pos, kv::KvCache& cache, float* logits, ThreadPool& pool, kv::SeqId seq) {

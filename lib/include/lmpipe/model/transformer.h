@@ -111,7 +111,7 @@ class Transformer {
     const std::uint16_t* kscale;
   };
   std::vector<CacheRow> rows_;
-  std::vector<float> kpack_, vpack_;   // attention_tiles: the keys and values in f32, packed
+  std::vector<float> kpack_, vpack_;   // attention_tiles: one kv head's keys and values in f32, packed
   std::vector<GemmScratch> gemm_;      // per thread
   QuantizedBatch bxq_;                 // (n, cols) activations for the int8 products
   std::vector<float>* probe_ = nullptr;
