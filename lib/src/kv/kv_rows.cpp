@@ -167,6 +167,14 @@ __attribute__((target("avx2,fma,f16c"))) inline void prefetch_slice(const RowFor
   if (f.scales) _mm_prefetch(reinterpret_cast<const char*>(r), _MM_HINT_T0);
 }
 
+// Row k of the rows followed by the next block's (null past both): the kernels prefetch 16
+// rows ahead, into the next block at the end of this one.
+inline const std::byte* row_ahead(const RowFormat& f, const std::byte* rows, int n, Ahead next, int k) {
+  if (k < n) return rows + static_cast<std::size_t>(k) * f.bytes;
+  if (k - n < next.n) return next.rows + static_cast<std::size_t>(k - n) * f.bytes;
+  return nullptr;
+}
+
 template <KvType T>
 constexpr bool quantized() {
   return T == KvType::int8 || T == KvType::int4;
@@ -242,7 +250,7 @@ constexpr int kHeads = 16;
 template <KvType T>
 __attribute__((target("avx2,fma,f16c"))) void scores_avx2(const RowFormat& f, float* const* att, const float* const* q,
                                                           const int* off, int H, const std::byte* rows, int n, int hd,
-                                                          float scale) {
+                                                          float scale, Ahead next) {
   // Quantized rows against q in int16 where the groups allow it.
   alignas(32) std::int16_t qi[kHeads][512];
   float sc[kHeads];
@@ -284,8 +292,8 @@ __attribute__((target("avx2,fma,f16c"))) void scores_avx2(const RowFormat& f, fl
   int j = 0;
   for (; j + 4 <= n; j += 4) {
     const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
-    if (j + 20 <= n)
-      for (int k = 16; k < 20; ++k) prefetch_slice(f, r + static_cast<std::size_t>(k) * f.bytes, first, last);
+    for (int k = j + 16; k < j + 20; ++k)
+      if (const std::byte* p = row_ahead(f, rows, n, next, k)) prefetch_slice(f, p, first, last);
     for (int h = 0; h < H; ++h) {
       const __m128 t = reduce4(dot(r, h), dot(r + f.bytes, h), dot(r + 2 * f.bytes, h), dot(r + 3 * f.bytes, h));
       _mm_storeu_ps(att[h] + j, _mm_mul_ps(t, _mm_set1_ps(sc[h])));
@@ -342,7 +350,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void accumulate_slice(const RowF
 template <KvType T>
 __attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(const RowFormat& f, float* const* out,
                                                               const float* const* att, const int* off, int H,
-                                                              const std::byte* rows, int n, int hd) {
+                                                              const std::byte* rows, int n, int hd, Ahead next) {
   std::size_t first = data_offset(f, off[0]), last = data_offset(f, off[0] + hd) - 1;
   for (int h = 1; h < H; ++h) {
     first = std::min(first, data_offset(f, off[h]));
@@ -351,7 +359,7 @@ __attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(const RowFormat& f
   if constexpr (T != KvType::int4) {
     for (int j = 0; j < n; ++j) {
       const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
-      if (j + 16 < n) prefetch_slice(f, r + 16 * f.bytes, first, last);
+      if (const std::byte* p = row_ahead(f, rows, n, next, j + 16)) prefetch_slice(f, p, first, last);
       for (int h = 0; h < H; ++h) {
         float* o = out[h];
         const float w = att[h][j];
@@ -487,17 +495,8 @@ void load_slice(const RowFormat& f, float* x, const std::byte* row, int off, int
   for (int i = 0; i < hd; ++i) x[i] = number_at(f, row, off + i);
 }
 
-void prefetch_rows(const RowFormat& f, const std::byte* rows, int n, int lo, int hi) {
-  const std::size_t first = data_offset(f, lo), last = data_offset(f, hi) - 1;
-  for (int j = 0; j < std::min(n, 16); ++j) {
-    const std::byte* r = rows + static_cast<std::size_t>(j) * f.bytes;
-    for (std::size_t b = first & ~std::size_t{63}; b <= last; b += 64) _mm_prefetch(reinterpret_cast<const char*>(r + b), _MM_HINT_T0);
-    if (f.scales) _mm_prefetch(reinterpret_cast<const char*>(r), _MM_HINT_T0);
-  }
-}
-
 void row_scores(const RowFormat& f, float* const* att, const float* const* q, const int* off, int H,
-                const std::byte* rows, int n, int hd, float scale) {
+                const std::byte* rows, int n, int hd, float scale, Ahead next) {
   if (!simd_ok(f, hd)) {
     for (int h = 0; h < H; ++h) scores_scalar(f, att[h], q[h], rows, n, off[h], hd, scale);
     return;
@@ -505,27 +504,27 @@ void row_scores(const RowFormat& f, float* const* att, const float* const* q, co
   for (int h0 = 0; h0 < H; h0 += kHeads) {
     const int m = std::min(kHeads, H - h0);
     switch (f.type) {
-      case KvType::f32: scores_avx2<KvType::f32>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale); break;
-      case KvType::f16: scores_avx2<KvType::f16>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale); break;
-      case KvType::int8: scores_avx2<KvType::int8>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale); break;
+      case KvType::f32: scores_avx2<KvType::f32>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale, next); break;
+      case KvType::f16: scores_avx2<KvType::f16>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale, next); break;
+      case KvType::int8: scores_avx2<KvType::int8>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale, next); break;
       case KvType::int4:
-      case KvType::int4_kivi: scores_avx2<KvType::int4>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale); break;
+      case KvType::int4_kivi: scores_avx2<KvType::int4>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale, next); break;
     }
   }
 }
 
 void row_accumulate(const RowFormat& f, float* const* out, const float* const* att, const int* off, int H,
-                    const std::byte* rows, int n, int hd) {
+                    const std::byte* rows, int n, int hd, Ahead next) {
   if (!simd_ok(f, hd)) {
     for (int h = 0; h < H; ++h) accumulate_scalar(f, out[h], att[h], rows, n, off[h], hd);
     return;
   }
   switch (f.type) {
-    case KvType::f32: return accumulate_avx2<KvType::f32>(f, out, att, off, H, rows, n, hd);
-    case KvType::f16: return accumulate_avx2<KvType::f16>(f, out, att, off, H, rows, n, hd);
-    case KvType::int8: return accumulate_avx2<KvType::int8>(f, out, att, off, H, rows, n, hd);
+    case KvType::f32: return accumulate_avx2<KvType::f32>(f, out, att, off, H, rows, n, hd, next);
+    case KvType::f16: return accumulate_avx2<KvType::f16>(f, out, att, off, H, rows, n, hd, next);
+    case KvType::int8: return accumulate_avx2<KvType::int8>(f, out, att, off, H, rows, n, hd, next);
     case KvType::int4:
-    case KvType::int4_kivi: return accumulate_avx2<KvType::int4>(f, out, att, off, H, rows, n, hd);
+    case KvType::int4_kivi: return accumulate_avx2<KvType::int4>(f, out, att, off, H, rows, n, hd, next);
   }
 }
 

@@ -210,19 +210,17 @@ void Transformer::attend_heads(int h0, int h1, int pos, int t_lo, int t_hi, cons
       o[i] = out + static_cast<std::size_t>(h) * uhd;
       std::fill(o[i], o[i] + hd, 0.0f);
     }
-    const int lo = off[0], hi = off[H - 1] + hd;  // the kv slices these heads read
-    // The next block's rows, asked for while the current block is read (blocks of the
-    // paged cache lie anywhere: no prefetcher follows from one to the next).
-    auto prefetch_next = [&](std::size_t bi, int t_next, bool keys) {
-      if (bi + 1 >= blocks.size() || t_next >= t_hi) return;
-      const kv::KvBlock& nb = blocks[bi + 1];
-      const kv::RowFormat& f = keys ? (nb.kfmt ? *nb.kfmt : fmt) : (nb.vfmt ? *nb.vfmt : fmt);
-      const std::byte* base = keys ? nb.k : nb.v;
-      kv::prefetch_rows(f, base + static_cast<std::size_t>(nb.begin) * f.bytes, std::min(nb.size(), t_hi - t_next), lo, hi);
+    // The next block's rows (paged blocks lie anywhere: the kernels fetch into them ahead).
+    auto ahead = [&](std::size_t bi, int t_next, bool keys) -> kv::Ahead {
+      if (bi + 1 >= blocks.size() || t_next >= t_hi) return {};
+      const kv::KvBlock& b = blocks[bi], &nb = blocks[bi + 1];
+      const kv::RowFormat* f = keys ? b.kfmt : b.vfmt;
+      if (f != (keys ? nb.kfmt : nb.vfmt)) return {};  // (KIVI: f32 window after sealed int4)
+      const std::size_t bytes = (f ? *f : fmt).bytes;
+      return {(keys ? nb.k : nb.v) + static_cast<std::size_t>(nb.begin) * bytes, std::min(nb.size(), t_hi - t_next)};
     };
     each_block([&](std::size_t bi, int row, int m, int t) {
       const kv::KvBlock& b = blocks[bi];
-      prefetch_next(bi, t + m, true);
       const kv::RowFormat& kf = b.kfmt ? *b.kfmt : fmt;
       const bool moved = b.q_pos >= 0 && b.q_pos != pos;
       float* at[kHeads];
@@ -238,7 +236,7 @@ void Transformer::attend_heads(int h0, int h1, int pos, int t_lo, int t_hi, cons
           for (int k = 0; k < hd; ++k) dst[k] *= f16_to_f32(b.kscale[off[i] + k]);
         qq[i] = dst;
       }
-      kv::row_scores(kf, at, qq, off, H, b.k + static_cast<std::size_t>(row) * kf.bytes, m, hd, scale);
+      kv::row_scores(kf, at, qq, off, H, b.k + static_cast<std::size_t>(row) * kf.bytes, m, hd, scale, ahead(bi, t + m, true));
     });
     for (int i = 0; i < H; ++i) {
       const SoftmaxStats st = softmax(a[i] + t_lo, t_hi - t_lo);
@@ -246,11 +244,10 @@ void Transformer::attend_heads(int h0, int h1, int pos, int t_lo, int t_hi, cons
     }
     each_block([&](std::size_t bi, int row, int m, int t) {
       const kv::KvBlock& b = blocks[bi];
-      prefetch_next(bi, t + m, false);
       const kv::RowFormat& vf = b.vfmt ? *b.vfmt : fmt;
       const float* at[kHeads];
       for (int i = 0; i < H; ++i) at[i] = a[i] + t;
-      kv::row_accumulate(vf, o, at, off, H, b.v + static_cast<std::size_t>(row) * vf.bytes, m, hd);
+      kv::row_accumulate(vf, o, at, off, H, b.v + static_cast<std::size_t>(row) * vf.bytes, m, hd, ahead(bi, t + m, false));
     });
   }
 }

@@ -58,10 +58,17 @@ void store_row_unscaled(const RowFormat& fmt, std::byte* row, const float* x, co
 // memory order rather than in one strided pass per head. Quantized rows are dequantized
 // inside the dot products, group by group. A head's numbers are the same bits whatever
 // heads come with it and wherever a block of rows starts.
+// `next`: the rows that follow (the next block of the paged cache, which lies anywhere
+// and so is not fetched ahead by the hardware), same format: the kernels fetch rows 16
+// ahead of those they read, and past the end of these into those.
+struct Ahead {
+  const std::byte* rows = nullptr;
+  int n = 0;
+};
 void row_scores(const RowFormat& fmt, float* const* att, const float* const* q, const int* off, int H,
-                const std::byte* rows, int n, int hd, float scale);
+                const std::byte* rows, int n, int hd, float scale, Ahead next = {});
 void row_accumulate(const RowFormat& fmt, float* const* out, const float* const* att, const int* off, int H,
-                    const std::byte* rows, int n, int hd);
+                    const std::byte* rows, int n, int hd, Ahead next = {});
 // One head.
 inline void row_scores(const RowFormat& fmt, float* att, const float* q, const std::byte* rows, int n, int off, int hd,
                        float scale) {
@@ -74,9 +81,5 @@ inline void row_accumulate(const RowFormat& fmt, float* out, const float* att, c
 // x (hd) = the numbers off .. off+hd-1 of a row, dequantized (unscaled rows: the integers),
 // for prompt processing's attention, which multiplies tiles of keys and values in f32.
 void load_slice(const RowFormat& fmt, float* x, const std::byte* row, int off, int hd);
-// Asks the memory for the numbers lo .. hi-1 of rows [0, n) ahead of their use (at most
-// 16 rows): the two loops above prefetch within their own rows only, so the paged
-// cache's attention calls this for the next block while it reads the current one.
-void prefetch_rows(const RowFormat& fmt, const std::byte* rows, int n, int lo, int hi);
 
 }  // namespace lmp::kv
