@@ -340,13 +340,13 @@ __attribute__((target("avx2,fma,f16c"))) inline void accumulate_slice(const RowF
 // out[h] (hd) += Σ_j att[h]_j · V_j over the rows, in memory order, two ways that give the
 // same bits (each number's sum is the same chain of multiply-adds in row order as with one
 // head and all rows at once):
-// - f32, f16, int8 (memory-bound): row by row, every head's slice of the row 8 numbers at
-//   a time, out loaded, multiplied-added and stored (it stays in L1);
+// - f32, f16, int8: row by row, every head's slice of the row 8 numbers at a time, out
+//   loaded, multiplied-added and stored (it stays in L1);
 // - int4 (its nibbles cost more to unpack than to read): 16 rows at a time, each head's
 //   slice of them with its sums in registers (64 numbers at a time), the 16 rows staying
 //   in L1 while the heads pass over them. Measured at 2048 tokens of context, stories110M,
-//   one thread: the first way is 5–10% faster for f32, f16 and int8, the second 15–20%
-//   for int4.
+//   one thread: the first way 5–10% faster for f32 and f16 and no slower for int8, the
+//   second 15–20% faster for int4.
 template <KvType T>
 __attribute__((target("avx2,fma,f16c"))) void accumulate_avx2(const RowFormat& f, float* const* out,
                                                               const float* const* att, const int* off, int H,
