@@ -244,16 +244,14 @@ constexpr int int_group() {  // the group sizes the integer path takes
   return T == KvType::int8 ? 16 : T == KvType::int4 ? 32 : 0;
 }
 
-// Up to kHeads heads per pass over the rows (their int16 queries on the stack).
-constexpr int kHeads = 16;
 
 template <KvType T>
 __attribute__((target("avx2,fma,f16c"))) void scores_avx2(const RowFormat& f, float* const* att, const float* const* q,
                                                           const int* off, int H, const std::byte* rows, int n, int hd,
                                                           float scale, Ahead next) {
   // Quantized rows against q in int16 where the groups allow it.
-  alignas(32) std::int16_t qi[kHeads][512];
-  float sc[kHeads];
+  alignas(32) std::int16_t qi[kHeadsPerPass][512];
+  float sc[kHeadsPerPass];
   bool ints = false;
   for (int h = 0; h < H; ++h) sc[h] = scale;
   if constexpr (int_group<T>() > 0) {
@@ -501,8 +499,8 @@ void row_scores(const RowFormat& f, float* const* att, const float* const* q, co
     for (int h = 0; h < H; ++h) scores_scalar(f, att[h], q[h], rows, n, off[h], hd, scale);
     return;
   }
-  for (int h0 = 0; h0 < H; h0 += kHeads) {
-    const int m = std::min(kHeads, H - h0);
+  for (int h0 = 0; h0 < H; h0 += kHeadsPerPass) {
+    const int m = std::min(kHeadsPerPass, H - h0);
     switch (f.type) {
       case KvType::f32: scores_avx2<KvType::f32>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale, next); break;
       case KvType::f16: scores_avx2<KvType::f16>(f, att + h0, q + h0, off + h0, m, rows, n, hd, scale, next); break;

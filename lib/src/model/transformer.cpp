@@ -186,7 +186,7 @@ void Transformer::attend_heads(int h0, int h1, int pos, int t_lo, int t_hi, cons
   const int hd = c.head_dim(), group = c.n_head / c.n_kv_head;
   const auto uhd = static_cast<std::size_t>(hd);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  constexpr int kHeads = 16;
+  constexpr int kHeads = kv::kHeadsPerPass;  // one kernel pass per group of heads
   // The blocks' rows within [t_lo, t_hi): f(block, first row in the block, rows, token).
   auto each_block = [&](auto&& f) {
     int t = 0;

@@ -61,6 +61,9 @@ void store_row_unscaled(const RowFormat& fmt, std::byte* row, const float* x, co
 // `next`: the rows that follow (the next block of the paged cache, which lies anywhere
 // and so is not fetched ahead by the hardware), same format: the kernels fetch rows 16
 // ahead of those they read, and past the end of these into those.
+// Heads the kernels take in one pass over the rows (their int16 queries on the stack);
+// more go in further passes.
+inline constexpr int kHeadsPerPass = 16;
 struct Ahead {
   const std::byte* rows = nullptr;
   int n = 0;
