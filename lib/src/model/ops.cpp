@@ -442,12 +442,6 @@ __attribute__((target("avx2,fma,avx512f,avx512vl"))) void block4x4(const float* 
     }
 }
 
-__attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float alpha, const float* x, int n) {
-  const __m256 a = _mm256_set1_ps(alpha);
-  int i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += alpha * x[i];
-}
 }  // namespace
 
 void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo, std::int64_t hi,
@@ -476,11 +470,6 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
 }
 
 float dot(const float* a, const float* b, int n) { return cpu::avx2() ? dot_avx2(a, b, n, 0) : dot_f32_scalar(a, b, n); }
-
-void axpy(float* y, float alpha, const float* x, int n) {
-  if (cpu::avx2()) return axpy_avx2(y, alpha, x, n);
-  for (int i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
 
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
   double ss = 0;

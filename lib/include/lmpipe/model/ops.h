@@ -86,9 +86,8 @@ void attn_scores_f32(float* S, std::size_t lds, const float* Q, std::size_t r, c
 void attn_values_f32(float* O, std::size_t ldo, std::size_t w, const float* P, std::size_t ldp, std::size_t r,
                      const float* Vp, std::size_t c, bool accumulate);
 
-// a · b (n floats), and y += alpha · x (n floats): attention's inner loops.
+// a · b (n floats): the inner loop of matmul, where prompt processing has no GEMM kernel.
 float dot(const float* a, const float* b, int n);
-void axpy(float* y, float alpha, const float* x, int n);
 
 // out (n) = x / rms(x) * w
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
