@@ -346,6 +346,59 @@ TEST_CASE("copy-on-write: a forked sequence's writes never change its source", "
   CHECK(c->stats().tokens == 30);
 }
 
+TEST_CASE("paged: a sequence's consecutive blocks are read as one run; interleaved ones as several", "[kv][paged]") {
+  KvConfig cfg;
+  cfg.n_layer = 2;
+  cfg.n_ctx = 256;
+  cfg.kv_dim = 8;
+  cfg.max_seqs = 2;
+  cfg.layout = Layout::paged;
+  cfg.block_size = 4;
+  auto c = must(make_kv_cache(cfg));
+  auto runs = [&](int layer, SeqId s) {
+    std::vector<KvBlock> bl;
+    c->blocks(layer, s, bl);
+    std::vector<int> n;
+    for (const auto& b : bl) n.push_back(b.size());
+    return n;
+  };
+  auto tokens = [](int a, int b) {
+    std::vector<int> t;
+    for (int i = a; i < b; ++i) t.push_back(i);
+    return t;
+  };
+  // Alone, 50 tokens take blocks 0..12 of the pool's first chunk (16 blocks): one run.
+  for (int i = 0; i < 50; ++i) REQUIRE(put(*c, 0, i).ok());
+  for (int l = 0; l < cfg.n_layer; ++l) CHECK(runs(l, 0) == std::vector<int>{50});
+  // 100 tokens cross into the second chunk: two runs, split where the chunk ends.
+  for (int i = 50; i < 100; ++i) REQUIRE(put(*c, 0, i).ok());
+  CHECK(runs(1, 0) == std::vector<int>{64, 36});
+  CHECK(tokens_of(*c, 0) == tokens(0, 100));
+  // Truncated into a block and grown again: the rows are those written, still one run a chunk.
+  REQUIRE(c->truncate(0, 30).ok());
+  for (int i = 30; i < 40; ++i) REQUIRE(put(*c, 0, 1000 + i).ok());
+  auto want = tokens(0, 30), more = tokens(1030, 1040);
+  want.insert(want.end(), more.begin(), more.end());
+  CHECK(tokens_of(*c, 0) == want);
+  CHECK(runs(0, 0) == std::vector<int>{40});
+  // Two sequences growing token by token in turn share out the free blocks: their runs
+  // split, their rows do not.
+  c->release(0);
+  for (int i = 0; i < 40; ++i) {
+    REQUIRE(put(*c, 0, i).ok());
+    REQUIRE(put(*c, 1, 500 + i).ok());
+  }
+  CHECK(tokens_of(*c, 0) == tokens(0, 40));
+  CHECK(tokens_of(*c, 1) == tokens(500, 540));
+  const auto r0 = runs(0, 0), r1 = runs(0, 1);
+  CHECK(r0.size() + r1.size() > 2);
+  int sum = 0;
+  for (int n : r0) sum += n;
+  for (int n : r1) sum += n;
+  CHECK(sum == 80);
+  CHECK(c->stats().blocks_in_use == 20);
+}
+
 TEST_CASE("eviction: window and sinks keep the right tokens in both layouts and free blocks", "[kv]") {
   for (Eviction e : {Eviction::window, Eviction::sinks}) {
     for (Layout lay : {Layout::contiguous, Layout::paged}) {

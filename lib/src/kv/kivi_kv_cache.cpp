@@ -191,7 +191,7 @@ class PagedKiviKvCache final : public KvCache {
         layer_bytes_(round8(v_at_ + static_cast<std::size_t>(cfg.block_size) * fmt_.bytes)),
         block_bytes_(layer_bytes_ * static_cast<std::size_t>(cfg.n_layer)),
         window_floats_(static_cast<std::size_t>(cfg.n_layer) * 2 * static_cast<std::size_t>(cfg.block_size) * kvd_),
-        pool_(block_bytes_, max_blocks, cfg.block_size),
+        pool_(layer_bytes_, cfg.n_layer, max_blocks, cfg.block_size),
         seqs_(static_cast<std::size_t>(cfg.max_seqs)) {}
 
   static std::size_t round8(std::size_t n) { return (n + 7) & ~std::size_t{7}; }
@@ -212,7 +212,7 @@ class PagedKiviKvCache final : public KvCache {
     const int slot = i % bs_;
     const auto g = static_cast<std::size_t>(i / bs_);
     if (layer == 0 && slot == bs_ - 1) {  // the group is complete with this token: its block
-      LMP_ASSIGN(std::int32_t id, pool_.take());
+      LMP_ASSIGN(std::int32_t id, pool_.take(s.table.empty() ? -1 : s.table.back() + 1));  // (next to the last)
       s.table.push_back(id);
     }
     float* kw = window(s, layer);
@@ -317,7 +317,7 @@ class PagedKiviKvCache final : public KvCache {
   };
 
   std::byte* layer_base(std::int32_t id, int layer) const {
-    return pool_.data(id) + static_cast<std::size_t>(layer) * layer_bytes_;
+    return pool_.data(id, layer);
   }
   const std::uint16_t* scales(const std::byte* base) const { return reinterpret_cast<const std::uint16_t*>(base + ks_at_); }
   std::uint16_t* scales(std::byte* base) const { return reinterpret_cast<std::uint16_t*>(base + ks_at_); }

@@ -4,6 +4,10 @@
 // Blocks are taken on demand from a free list, reference-counted (a fork shares all of
 // its source's blocks) and copied before a write when shared (copy-on-write). Under
 // eviction, a block whose tokens have all left goes back to the free list.
+//
+// The pool keeps a layer's keys of consecutive blocks next to each other (BlockPool), and
+// a sequence asks for the block after its last: a sequence grown alone then reads each
+// layer's keys and values as one run, as from the contiguous cache (blocks() joins them).
 #include "paged_kv_cache.h"
 
 #include <algorithm>
@@ -20,7 +24,7 @@ class PagedKvCache final : public KvCache {
         bs_(cfg.block_size),
         plane_(static_cast<std::size_t>(cfg.block_size) * fmt_.bytes),
         block_bytes_(plane_ * 2 * static_cast<std::size_t>(cfg.n_layer)),
-        pool_(block_bytes_, max_blocks, cfg.block_size),
+        pool_(plane_, 2 * cfg.n_layer, max_blocks, cfg.block_size),
         seqs_(static_cast<std::size_t>(cfg.max_seqs)) {}
 
   Status append(int layer, SeqId seq, std::span<const float> k, std::span<const float> v) override {
@@ -28,21 +32,22 @@ class PagedKvCache final : public KvCache {
     Seq& s = seqs_[static_cast<std::size_t>(seq)];
     const auto b = static_cast<std::size_t>(i / bs_);
     if (layer == 0) {  // the first layer of a token finds its slot
+      // The block after the sequence's last, if free: its rows then continue the last's.
+      const std::int32_t want = b > 0 && s.table[b - 1] >= 0 ? s.table[b - 1] + 1 : -1;
       if (b == s.table.size()) {
-        LMP_ASSIGN(std::int32_t id, pool_.take());
+        LMP_ASSIGN(std::int32_t id, pool_.take(want));
         s.table.push_back(id);
       } else if (pool_.holders(s.table[b]) > 1) {  // shared: copy before writing
-        LMP_ASSIGN(std::int32_t id, pool_.take());
-        std::memcpy(block(id), block(s.table[b]), block_bytes_);
+        LMP_ASSIGN(std::int32_t id, pool_.take(want));
+        pool_.copy(id, s.table[b]);
         pool_.drop(s.table[b]);
         s.table[b] = id;
         ++copies_;
       }
     }
     const std::size_t r = static_cast<std::size_t>(i % bs_) * fmt_.bytes;
-    std::byte* base = block(s.table[b]) + static_cast<std::size_t>(layer) * 2 * plane_;
-    store_row(fmt_, base + r, k.data());
-    store_row(fmt_, base + plane_ + r, v.data());
+    store_row(fmt_, keys(s.table[b], layer) + r, k.data());
+    store_row(fmt_, values(s.table[b], layer) + r, v.data());
     ++len_[static_cast<std::size_t>(seq)][static_cast<std::size_t>(layer)];
     if (layer + 1 == cfg_.n_layer) free_evicted(s, length(seq));
     return {};
@@ -128,7 +133,8 @@ class PagedKvCache final : public KvCache {
     int freed_upto = 0;               // logical blocks below this were checked for eviction
   };
 
-  std::byte* block(std::int32_t id) const { return pool_.data(id); }
+  std::byte* keys(std::int32_t id, int layer) const { return pool_.data(id, 2 * layer); }
+  std::byte* values(std::int32_t id, int layer) const { return pool_.data(id, 2 * layer + 1); }
 
   // Under eviction, the blocks whose tokens have all left (neither sinks nor in the window
   // of the last layer) go back to the pool.
@@ -145,18 +151,30 @@ class PagedKvCache final : public KvCache {
     s.freed_upto = std::max(s.freed_upto, end);
   }
 
+  // Tokens [lo, hi) as blocks; a block whose rows continue the previous one's in memory
+  // (consecutive pool blocks of a chunk) lengthens it instead, so that the attention reads
+  // the run in one pass.
   void add_range(std::vector<KvBlock>& out, const Seq& s, int layer, int lo, int hi, int q_pos) const {
+    const std::size_t row = fmt_.bytes;
     for (int b = lo / bs_; lo < hi; ++b) {
       const int b0 = b * bs_, e = std::min(hi, b0 + bs_);
-      const std::byte* base = block(s.table[static_cast<std::size_t>(b)]) + static_cast<std::size_t>(layer) * 2 * plane_;
-      out.push_back({base, base + plane_, lo - b0, e - b0, q_pos});
+      const std::int32_t id = s.table[static_cast<std::size_t>(b)];
+      const std::byte *k = keys(id, layer) + static_cast<std::size_t>(lo - b0) * row,
+                      *v = values(id, layer) + static_cast<std::size_t>(lo - b0) * row;
+      KvBlock* last = out.empty() ? nullptr : &out.back();
+      if (last && last->q_pos == q_pos && last->k + static_cast<std::size_t>(last->end) * row == k &&
+          last->v + static_cast<std::size_t>(last->end) * row == v) {
+        last->end += e - lo;
+      } else {
+        out.push_back({k, v, 0, e - lo, q_pos});
+      }
       lo = e;
     }
   }
 
   int bs_;
   std::size_t plane_;        // bytes of one block's K (or V) rows of one layer: (bs, row)
-  std::size_t block_bytes_;  // (n_layer, 2, bs, row)
+  std::size_t block_bytes_;  // n_layer × 2 planes (a plane of each layer's keys and values: pool parts)
   BlockPool pool_;
   std::vector<Seq> seqs_;
   std::int64_t copies_ = 0;  // copy-on-write copies made
@@ -164,23 +182,52 @@ class PagedKvCache final : public KvCache {
 
 }  // namespace
 
-Result<std::int32_t> BlockPool::take() {
-  std::int32_t id;
-  if (!free_.empty()) {
-    id = free_.back();
+Result<std::int32_t> BlockPool::take(std::int32_t want) {
+  if (want >= 0 && want < fresh_ && ref_[static_cast<std::size_t>(want)] == 0) {  // free: off the list
+    const auto i = static_cast<std::size_t>(at_[static_cast<std::size_t>(want)]);
+    free_[i] = free_.back();
+    at_[static_cast<std::size_t>(free_[i])] = static_cast<std::int32_t>(i);
     free_.pop_back();
-  } else {
-    if (taken() >= max_blocks_)
-      return make_error(Errc::out_of_range,
-                        "out of KV-cache memory: all {} blocks of {} tokens ({} bytes each) are in use; raise the budget "
-                        "(--kv-memory) or shorten the sequences",
-                        max_blocks_, block_tokens_, block_bytes_);
-    storage_.push_back(std::make_unique_for_overwrite<std::byte[]>(block_bytes_));
-    ref_.push_back(0);
-    id = static_cast<std::int32_t>(storage_.size() - 1);
+    at_[static_cast<std::size_t>(want)] = -1;
+    return claim(want);
   }
+  const bool next_fresh = want >= 0 && want == fresh_ && fresh_ < taken();  // the chunk's next block
+  if (!next_fresh && !free_.empty()) {
+    const std::int32_t id = free_.back();
+    free_.pop_back();
+    at_[static_cast<std::size_t>(id)] = -1;
+    return claim(id);
+  }
+  if (fresh_ == taken()) LMP_TRY(grow());
+  return claim(fresh_++);
+}
+
+std::int32_t BlockPool::claim(std::int32_t id) {
   ref_[static_cast<std::size_t>(id)] = 1;
+  ++in_use_;
   return id;
+}
+
+Status BlockPool::grow() {
+  const std::int64_t n0 = taken();
+  if (n0 >= max_blocks_)
+    return make_error(Errc::out_of_range,
+                      "out of KV-cache memory: all {} blocks of {} tokens ({} bytes each) are in use; raise the budget "
+                      "(--kv-memory) or shorten the sequences",
+                      max_blocks_, block_tokens_, block_bytes());
+  const auto most = static_cast<std::int64_t>(std::max<std::size_t>(1, kMaxChunkBytes / block_bytes()));
+  const std::int64_t n = std::min({std::max(kMinChunkBlocks, n0 / 2), most, max_blocks_ - n0});
+  const std::size_t stride = static_cast<std::size_t>(n) * part_bytes_;
+  chunks_.push_back(std::make_unique_for_overwrite<std::byte[]>(stride * static_cast<std::size_t>(n_parts_)));
+  std::byte* base = chunks_.back().get();
+  for (std::int64_t i = 0; i < n; ++i) slot_.push_back({base + static_cast<std::size_t>(i) * part_bytes_, stride});
+  ref_.resize(slot_.size(), 0);
+  at_.resize(slot_.size(), -1);
+  return {};
+}
+
+void BlockPool::copy(std::int32_t to, std::int32_t from) const {
+  for (int p = 0; p < n_parts_; ++p) std::memcpy(data(to, p), data(from, p), part_bytes_);
 }
 
 std::int64_t BlockPool::shared() const {

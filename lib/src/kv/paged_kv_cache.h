@@ -9,17 +9,31 @@
 
 namespace lmp::kv {
 
-// The block pool of the paged caches: blocks of block_bytes taken on demand (up to
-// max_blocks), reference-counted, and back on a free list when nobody holds them.
+// The block pool of the paged caches: blocks taken on demand (up to max_blocks),
+// reference-counted, and back on a free list when nobody holds them. A block is n_parts
+// parts of part_bytes (the paged cache: a part per layer's keys and per layer's values).
+//
+// The blocks live in chunks of consecutive ids, each chunk's storage part by part: part p
+// of blocks b and b + 1 of a chunk lie next to each other. A sequence whose blocks are
+// consecutive ids then keeps each layer's keys (and values) in one run of memory, which
+// the attention reads as one stream, as in a contiguous cache: take(want) hands out the
+// id a sequence asks for (the one after its last block) when it is free. Chunks grow
+// with the pool, by half of what it holds (at least kMinChunkBlocks blocks, at most
+// kMaxChunkBytes, never past max_blocks); their untouched pages cost no memory.
 class BlockPool {
  public:
-  BlockPool(std::size_t block_bytes, std::int64_t max_blocks, int block_tokens)
-      : block_bytes_(block_bytes), max_blocks_(max_blocks), block_tokens_(block_tokens) {}
-  // A block held once; an error naming the budget when all max_blocks are in use.
-  Result<std::int32_t> take();
+  BlockPool(std::size_t part_bytes, int n_parts, std::int64_t max_blocks, int block_tokens)
+      : part_bytes_(part_bytes), n_parts_(n_parts), max_blocks_(max_blocks), block_tokens_(block_tokens) {}
+  // A block held once, `want` if it is free (-1: any); an error naming the budget when
+  // all max_blocks are in use.
+  Result<std::int32_t> take(std::int32_t want = -1);
   void hold(std::int32_t id) { ++ref_[static_cast<std::size_t>(id)]; }
   void drop(std::int32_t id) {
-    if (--ref_[static_cast<std::size_t>(id)] == 0) free_.push_back(id);
+    if (--ref_[static_cast<std::size_t>(id)] == 0) {
+      at_[static_cast<std::size_t>(id)] = static_cast<std::int32_t>(free_.size());
+      free_.push_back(id);
+      --in_use_;
+    }
   }
   // A block table's blocks (-1: none, as after eviction): one more holder each; or
   // entries from `keep` on let go of and erased.
@@ -33,20 +47,39 @@ class BlockPool {
     if (table.size() > keep) table.resize(keep);
   }
   int holders(std::int32_t id) const { return ref_[static_cast<std::size_t>(id)]; }
-  std::byte* data(std::int32_t id) const { return storage_[static_cast<std::size_t>(id)].get(); }
-  std::size_t block_bytes() const { return block_bytes_; }
-  std::int64_t taken() const { return static_cast<std::int64_t>(storage_.size()); }  // from the system
-  std::int64_t free_blocks() const { return static_cast<std::int64_t>(free_.size()); }
-  std::int64_t in_use() const { return taken() - free_blocks(); }
+  std::byte* data(std::int32_t id, int part) const {
+    const Slot& s = slot_[static_cast<std::size_t>(id)];
+    return s.base + static_cast<std::size_t>(part) * s.stride;
+  }
+  void copy(std::int32_t to, std::int32_t from) const;  // every part of a block
+  std::size_t block_bytes() const { return part_bytes_ * static_cast<std::size_t>(n_parts_); }
+  std::int64_t taken() const { return static_cast<std::int64_t>(slot_.size()); }  // from the system
+  std::int64_t free_blocks() const { return taken() - in_use_; }
+  std::int64_t in_use() const { return in_use_; }
   std::int64_t shared() const;  // blocks with two holders or more
 
+  static constexpr std::int64_t kMinChunkBlocks = 16;
+  static constexpr std::size_t kMaxChunkBytes = std::size_t{1} << 30;
+
  private:
-  std::size_t block_bytes_;
+  struct Slot {
+    std::byte* base;     // part 0 of the block
+    std::size_t stride;  // from one part to the next: the chunk's blocks × part_bytes
+  };
+  Status grow();
+  std::int32_t claim(std::int32_t id);
+
+  std::size_t part_bytes_;
+  int n_parts_;
   std::int64_t max_blocks_;
   int block_tokens_;  // (for the error)
-  std::vector<std::unique_ptr<std::byte[]>> storage_;  // grown on demand
-  std::vector<int> ref_;                               // per block: its holders
-  std::vector<std::int32_t> free_;
+  std::vector<std::unique_ptr<std::byte[]>> chunks_;  // (n_parts, the chunk's blocks, part_bytes) each
+  std::vector<Slot> slot_;                            // per block
+  std::vector<int> ref_;                              // per block: its holders
+  std::vector<std::int32_t> at_;                      // per block: its index in free_, -1 when held
+  std::vector<std::int32_t> free_;                    // blocks once used, now free
+  std::int32_t fresh_ = 0;                            // blocks from here on were never handed out
+  std::int64_t in_use_ = 0;
 };
 
 // The number of blocks a budget allows (0 = max_seqs × n_ctx tokens' worth, plus a few per
