@@ -347,13 +347,7 @@ TEST_CASE("copy-on-write: a forked sequence's writes never change its source", "
 }
 
 TEST_CASE("paged: a sequence's consecutive blocks are read as one run; interleaved ones as several", "[kv][paged]") {
-  KvConfig cfg;
-  cfg.n_layer = 2;
-  cfg.n_ctx = 256;
-  cfg.kv_dim = 8;
-  cfg.max_seqs = 2;
-  cfg.layout = Layout::paged;
-  cfg.block_size = 4;
+  const KvConfig cfg{.n_layer = 2, .n_ctx = 256, .kv_dim = 8, .layout = Layout::paged, .max_seqs = 2, .block_size = 4};
   auto c = must(make_kv_cache(cfg));
   auto runs = [&](int layer, SeqId s) {
     std::vector<KvBlock> bl;
