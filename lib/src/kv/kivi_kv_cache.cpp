@@ -189,7 +189,6 @@ class PagedKiviKvCache final : public KvCache {
         ks_at_(round8(static_cast<std::size_t>(cfg.block_size) * f_.kfmt.bytes)),
         v_at_(ks_at_ + round8(kvd_ * 2)),
         layer_bytes_(round8(v_at_ + static_cast<std::size_t>(cfg.block_size) * fmt_.bytes)),
-        block_bytes_(layer_bytes_ * static_cast<std::size_t>(cfg.n_layer)),
         window_floats_(static_cast<std::size_t>(cfg.n_layer) * 2 * static_cast<std::size_t>(cfg.block_size) * kvd_),
         pool_(layer_bytes_, cfg.n_layer, max_blocks, cfg.block_size),
         seqs_(static_cast<std::size_t>(cfg.max_seqs)) {}
@@ -297,17 +296,17 @@ class PagedKiviKvCache final : public KvCache {
     st.blocks_free = pool_.free_blocks();
     st.blocks_in_use = pool_.in_use();
     st.blocks_shared = pool_.shared();
-    st.used = static_cast<std::uint64_t>(st.blocks_in_use) * block_bytes_ +
+    st.used = static_cast<std::uint64_t>(st.blocks_in_use) * pool_.block_bytes() +
               window_rows * 2 * static_cast<std::uint64_t>(cfg_.n_layer) * kvd_ * sizeof(float);
-    st.allocated = static_cast<std::uint64_t>(st.blocks_in_use) * block_bytes_ + windows;
-    st.reserved = static_cast<std::uint64_t>(pool_.taken()) * block_bytes_ + windows;
+    st.allocated = static_cast<std::uint64_t>(st.blocks_in_use) * pool_.block_bytes() + windows;
+    st.reserved = static_cast<std::uint64_t>(pool_.taken()) * pool_.block_bytes() + windows;
     return st;
   }
 
   std::uint64_t bytes_held(SeqId seq) const override {
     if (seq < 0 || seq >= cfg_.max_seqs) return 0;
     const Seq& s = seqs_[static_cast<std::size_t>(seq)];
-    return static_cast<std::uint64_t>(s.table.size()) * block_bytes_ + s.window.size() * sizeof(float);
+    return static_cast<std::uint64_t>(s.table.size()) * pool_.block_bytes() + s.window.size() * sizeof(float);
   }
 
  private:
@@ -334,7 +333,6 @@ class PagedKiviKvCache final : public KvCache {
   std::size_t kvd_;
   std::size_t ks_at_, v_at_;    // offsets in a layer's part of a block: the scales, the values
   std::size_t layer_bytes_;     // one layer's part of a block (keys, scales, values; 8-byte aligned)
-  std::size_t block_bytes_;     // (n_layer, layer_bytes_)
   std::size_t window_floats_;
   BlockPool pool_;
   std::vector<Seq> seqs_;

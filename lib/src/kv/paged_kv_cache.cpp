@@ -23,7 +23,6 @@ class PagedKvCache final : public KvCache {
       : KvCache(cfg),
         bs_(cfg.block_size),
         plane_(static_cast<std::size_t>(cfg.block_size) * fmt_.bytes),
-        block_bytes_(plane_ * 2 * static_cast<std::size_t>(cfg.n_layer)),
         pool_(plane_, 2 * cfg.n_layer, max_blocks, cfg.block_size),
         seqs_(static_cast<std::size_t>(cfg.max_seqs)) {}
 
@@ -115,8 +114,8 @@ class PagedKvCache final : public KvCache {
     st.blocks_free = pool_.free_blocks();
     st.blocks_in_use = pool_.in_use();
     st.blocks_shared = pool_.shared();
-    st.allocated = static_cast<std::uint64_t>(st.blocks_in_use) * block_bytes_;
-    st.reserved = static_cast<std::uint64_t>(pool_.taken()) * block_bytes_;
+    st.allocated = static_cast<std::uint64_t>(st.blocks_in_use) * pool_.block_bytes();
+    st.reserved = static_cast<std::uint64_t>(pool_.taken()) * pool_.block_bytes();
     st.cow_copies = copies_;
     return st;
   }
@@ -124,7 +123,7 @@ class PagedKvCache final : public KvCache {
   std::uint64_t bytes_held(SeqId seq) const override {
     if (seq < 0 || seq >= cfg_.max_seqs) return 0;
     const auto& t = seqs_[static_cast<std::size_t>(seq)].table;
-    return static_cast<std::uint64_t>(std::count_if(t.begin(), t.end(), [](std::int32_t id) { return id >= 0; })) * block_bytes_;
+    return static_cast<std::uint64_t>(std::count_if(t.begin(), t.end(), [](std::int32_t id) { return id >= 0; })) * pool_.block_bytes();
   }
 
  private:
@@ -174,8 +173,7 @@ class PagedKvCache final : public KvCache {
 
   int bs_;
   std::size_t plane_;        // bytes of one block's K (or V) rows of one layer: (bs, row)
-  std::size_t block_bytes_;  // n_layer × 2 planes (a plane of each layer's keys and values: pool parts)
-  BlockPool pool_;
+  BlockPool pool_;           // parts 2l and 2l + 1: layer l's keys and values, a plane each
   std::vector<Seq> seqs_;
   std::int64_t copies_ = 0;  // copy-on-write copies made
 };
