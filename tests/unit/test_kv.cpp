@@ -86,6 +86,22 @@ std::vector<int> tokens_of(const KvCache& c, SeqId s) {
   return t;
 }
 
+// The sizes of the runs of rows that attention reads for a sequence's layer.
+std::vector<int> run_sizes(const KvCache& c, int layer, SeqId s) {
+  std::vector<KvBlock> bl;
+  c.blocks(layer, s, bl);
+  std::vector<int> n;
+  for (const auto& b : bl) n.push_back(b.size());
+  return n;
+}
+
+// a, a + 1, ..., b - 1.
+std::vector<int> tokens(int a, int b) {
+  std::vector<int> t;
+  for (int i = a; i < b; ++i) t.push_back(i);
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("row formats: quantization error within d/2, kernels equal the dequantized rows", "[kv]") {
@@ -349,18 +365,7 @@ TEST_CASE("copy-on-write: a forked sequence's writes never change its source", "
 TEST_CASE("paged: a sequence's consecutive blocks are read as one run; interleaved ones as several", "[kv][paged]") {
   const KvConfig cfg{.n_layer = 2, .n_ctx = 256, .kv_dim = 8, .layout = Layout::paged, .max_seqs = 2, .block_size = 4};
   auto c = must(make_kv_cache(cfg));
-  auto runs = [&](int layer, SeqId s) {
-    std::vector<KvBlock> bl;
-    c->blocks(layer, s, bl);
-    std::vector<int> n;
-    for (const auto& b : bl) n.push_back(b.size());
-    return n;
-  };
-  auto tokens = [](int a, int b) {
-    std::vector<int> t;
-    for (int i = a; i < b; ++i) t.push_back(i);
-    return t;
-  };
+  auto runs = [&](int layer, SeqId s) { return run_sizes(*c, layer, s); };
   // Alone, 50 tokens take blocks 0..12 of the pool's first chunk (16 blocks): one run.
   for (int i = 0; i < 50; ++i) REQUIRE(put(*c, 0, i).ok());
   for (int l = 0; l < cfg.n_layer; ++l) CHECK(runs(l, 0) == std::vector<int>{50});
@@ -391,6 +396,43 @@ TEST_CASE("paged: a sequence's consecutive blocks are read as one run; interleav
   for (int n : r1) sum += n;
   CHECK(sum == 80);
   CHECK(c->stats().blocks_in_use == 20);
+}
+
+TEST_CASE("paged: sequences growing together read their blocks in runs; set-aside blocks still serve the budget", "[kv][paged]") {
+  const KvConfig cfg{.n_layer = 2, .n_ctx = 256, .kv_dim = 8, .layout = Layout::paged, .max_seqs = 4, .block_size = 4};
+  auto c = must(make_kv_cache(cfg));
+  // Four sequences taking a token each in turn: the fresh block each takes starts a run
+  // (256 tokens, cut at the end of its chunk) that its next blocks come from.
+  for (int i = 0; i < 100; ++i)
+    for (SeqId s = 0; s < 4; ++s) REQUIRE(put(*c, s, 1000 * s + i).ok());
+  for (SeqId s = 0; s < 4; ++s) {
+    INFO("sequence " << s);
+    CHECK(tokens_of(*c, s) == tokens(1000 * s, 1000 * s + 100));
+    for (int l = 0; l < cfg.n_layer; ++l) CHECK(run_sizes(*c, l, s).size() <= 2);
+  }
+  CHECK(c->stats().blocks_in_use == 100);
+  // Released, a sequence's blocks are handed out again in runs.
+  c->release(2);
+  for (int i = 0; i < 100; ++i) REQUIRE(put(*c, 2, i).ok());
+  CHECK(run_sizes(*c, 0, 2).size() <= 2);
+  CHECK(tokens_of(*c, 2) == tokens(0, 100));
+
+  // A budget of 10 blocks: the first sequence's block sets the other 9 aside for it, and
+  // the second sequence still gets all 9; then the pool is out of blocks.
+  KvConfig small{.n_layer = 1, .n_ctx = 64, .kv_dim = 8, .layout = Layout::paged, .max_seqs = 2, .block_size = 4};
+  small.max_bytes = 10 * 4 * bytes_per_token(small);
+  auto p = must(make_kv_cache(small));
+  REQUIRE(put(*p, 0, 0).ok());
+  for (int i = 0; i < 36; ++i) REQUIRE(put(*p, 1, 100 + i).ok());
+  CHECK(p->stats().blocks_in_use == 10);
+  CHECK(p->stats().blocks_free == 0);
+  const Status full = put(*p, 1, 136);
+  REQUIRE_FALSE(full.ok());
+  CHECK_THAT(full.error().message, Catch::Matchers::Contains("out of KV-cache memory"));
+  for (int i = 1; i < 4; ++i) CHECK(put(*p, 0, i).ok());  // the rest of its block
+  CHECK_FALSE(put(*p, 0, 4).ok());
+  CHECK(tokens_of(*p, 0) == tokens(0, 4));
+  CHECK(tokens_of(*p, 1) == tokens(100, 136));
 }
 
 TEST_CASE("eviction: window and sinks keep the right tokens in both layouts and free blocks", "[kv]") {

@@ -73,7 +73,8 @@ struct PagedOptions {
   std::string memory = "4GiB";
   std::vector<int> blocks{1, 8, 16, 32, 64, 128};
   std::string kv_type = "f16";
-  int decode = 256;  // tokens decoded to compare paged and contiguous speed (0: skip)
+  int decode = 256;      // tokens decoded in all to compare paged and contiguous speed (0: skip)
+  int decode_seqs = 4;   // sequences decoding together in that comparison
   std::uint64_t seed = 1;
 };
 struct QualityOptions {

@@ -112,7 +112,11 @@ int main(int argc, char** argv) {
   pg->add_option("--memory", po.memory, "KV-cache budget (default: 64 contiguous sequences' worth)");
   pg->add_option("--blocks", blocks, "block sizes to compare (default 1,8,16,32,64,128)");
   pg->add_option("--kv-type", po.kv_type, "storage type for the bytes (default f16)")->check(CLI::IsMember({"f32", "f16", "int8", "int4"}));
-  pg->add_option("--decode", po.decode, "tokens decoded to compare speeds, 0 to skip (default 256)")->check(CLI::Range(0, 1 << 20));
+  pg->add_option("--decode", po.decode, "tokens decoded in all to compare speeds, 0 to skip (default 256)")->check(CLI::Range(0, 1 << 20));
+  pg->add_option("--decode-seqs", po.decode_seqs,
+                 "sequences growing together in the speed comparison (default 4; 1: one sequence grown alone, the "
+                 "paged cache's best case)")
+      ->check(CLI::Range(1, 4096));
   pg->add_option("--seed", po.seed, "workload seed (default 1)");
 
   QualityOptions qo;

@@ -19,6 +19,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kDecodeRounds = 3;
 
+// Tokens each of `seqs` sequences decodes so that they decode `n` in all (rounded up).
+int decode_steps(int n, int seqs) { return (n + seqs - 1) / seqs; }
+
 struct Request {
   int prompt = 0, total = 0;
 };
@@ -119,31 +122,71 @@ Result<SimResult> serve(const std::vector<Request>& reqs, int ctx, int bs, std::
   return r;
 }
 
-// Decode speed of paged caches against the contiguous one: every cache (`configs[0]` the
-// contiguous) is filled with the same prompt of `ctx` tokens, then `rounds` rounds each
-// decode `n` tokens on every cache in turn, the first cache of a round moving by one each
-// round. Each paged cache's figure is the median over the rounds of its tok/s over the
-// contiguous cache's in the same round: hosts whose speed drifts within minutes moved the
-// ratio by up to a tenth when the contiguous cache was measured first and the blocks after.
-// The caches are all held at once (one per configuration).
+// Decode speed of paged caches against the contiguous one, `seqs` sequences decoding
+// together. Each sequence has its own prompt of `ctx` tokens; their keys and values are
+// computed once (an f32 contiguous cache) and stored into every cache (`configs[0]` the
+// contiguous one) in turns of a block (16 tokens for the contiguous cache), one sequence
+// after another, so that a paged cache's sequences hold blocks that alternate in its pool,
+// as those of sequences decoding together do. (One sequence alone holds blocks that lie
+// next to each other, the best case.) A decode step then runs one token of every sequence.
+// `rounds` rounds each decode on every cache in turn, the first cache of a round moving by
+// one each round; each paged cache's figure is the median over the rounds of its tok/s
+// over the contiguous cache's in the same round: hosts whose speed drifts within minutes
+// moved the ratio by up to a tenth when the contiguous cache was measured first and the
+// blocks after. The caches are all held at once (one per configuration).
 struct DecodeRatios {
-  double contiguous_tok_s = 0;  // the contiguous cache's median
+  double contiguous_tok_s = 0;  // the contiguous cache's median, tokens of all sequences
   std::vector<double> ratios;   // (configs - 1) configs[1..]'s, in order
 };
 Result<DecodeRatios> decode_ratios(model::Transformer& m, ThreadPool& pool, std::vector<kv::KvConfig> configs, int ctx, int n,
-                                   int rounds, cli::Progress& progress) {
+                                   int seqs, int rounds, cli::Progress& progress) {
   const model::Config& c = m.config();
-  std::vector<TokenId> prompt;
-  for (int i = 0; i < ctx; ++i) prompt.push_back(filler_token(i, c.n_vocab));
+  const int steps = decode_steps(n, seqs);
+  const std::size_t kv_dim = static_cast<std::size_t>(c.kv_dim());
   std::vector<float> logits(static_cast<std::size_t>(c.n_vocab));
-  std::vector<std::unique_ptr<kv::KvCache>> caches;  // (configs)
   progress.update(0, "decode: prompts");
+  kv::KvConfig pc = configs[0];
+  pc.type = kv::KvType::f32;
+  pc.layout = kv::Layout::contiguous;
+  pc.n_ctx = ctx;
+  pc.max_seqs = seqs;
+  LMP_ASSIGN(auto prompts, kv::make_kv_cache(pc));
+  for (int s = 0; s < seqs; ++s) {
+    std::vector<TokenId> prompt;  // (ctx)
+    for (int i = 0; i < ctx; ++i) prompt.push_back(filler_token(static_cast<std::int64_t>(s) * ctx + i, c.n_vocab));
+    LMP_TRY(m.forward_batch(prompt, 0, *prompts, logits.data(), pool, s));
+  }
+  // rows[s * n_layer + l]: sequence s's keys and values in layer l, (ctx, kv_dim) f32 each.
+  std::vector<kv::KvBlock> rows, one;
+  for (int s = 0; s < seqs; ++s) {
+    for (int l = 0; l < c.n_layer; ++l) {
+      prompts->blocks(l, s, one);
+      if (one.size() != 1 || one[0].begin != 0 || one[0].end != ctx)
+        return make_error(Errc::internal, "the prompt cache holds sequence {} of layer {} in {} runs", s, l, one.size());
+      rows.push_back(one[0]);
+    }
+  }
+  std::vector<std::unique_ptr<kv::KvCache>> caches;  // (configs)
   for (auto& kc : configs) {
-    kc.n_ctx = ctx + n;
+    kc.n_ctx = ctx + steps;
+    kc.max_seqs = seqs;
     LMP_ASSIGN(auto cache, kv::make_kv_cache(kc));
-    LMP_TRY(m.forward_batch(prompt, 0, *cache, logits.data(), pool));
+    const int turn = kc.layout == kv::Layout::paged ? kc.block_size : 16;
+    for (int t0 = 0; t0 < ctx; t0 += turn) {
+      for (int s = 0; s < seqs; ++s) {
+        for (int i = t0; i < std::min(ctx, t0 + turn); ++i) {
+          for (int l = 0; l < c.n_layer; ++l) {
+            const kv::KvBlock& b = rows[static_cast<std::size_t>(s * c.n_layer + l)];
+            const std::size_t at = static_cast<std::size_t>(i) * kv_dim;
+            LMP_TRY(cache->append(l, s, {reinterpret_cast<const float*>(b.k) + at, kv_dim},
+                                  {reinterpret_cast<const float*>(b.v) + at, kv_dim}));
+          }
+        }
+      }
+    }
     caches.push_back(std::move(cache));
   }
+  prompts.reset();
   const std::size_t k = caches.size();
   std::vector<double> contiguous;             // (rounds) the contiguous cache's tok/s
   std::vector<std::vector<double>> ratio(k);  // (configs, rounds) tok/s over the contiguous cache's
@@ -153,10 +196,15 @@ Result<DecodeRatios> decode_ratios(model::Transformer& m, ThreadPool& pool, std:
     for (std::size_t j = 0; j < k; ++j) {
       const std::size_t ci = (j + static_cast<std::size_t>(r)) % k;
       kv::KvCache& cache = *caches[ci];
-      LMP_TRY(cache.truncate(0, ctx));
+      for (int s = 0; s < seqs; ++s) LMP_TRY(cache.truncate(s, ctx));
       const auto t0 = Clock::now();
-      for (int i = 0; i < n; ++i) LMP_TRY(m.forward(filler_token(ctx + i, c.n_vocab), ctx + i, cache, logits.data(), pool));
-      now[ci] = n / std::chrono::duration<double>(Clock::now() - t0).count();
+      for (int i = 0; i < steps; ++i) {
+        for (int s = 0; s < seqs; ++s) {
+          const TokenId tok = filler_token(static_cast<std::int64_t>(s) * ctx + ctx + i, c.n_vocab);
+          LMP_TRY(m.forward(tok, ctx + i, cache, logits.data(), pool, s));
+        }
+      }
+      now[ci] = static_cast<double>(steps) * seqs / std::chrono::duration<double>(Clock::now() - t0).count();
     }
     contiguous.push_back(now[0]);
     for (std::size_t ci = 0; ci < k; ++ci) ratio[ci].push_back(now[ci] / now[0]);
@@ -225,21 +273,22 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
   std::vector<kv::KvConfig> configs{cache_config(c, 1, type)};
   for (const int bs : o.blocks) configs.push_back(cache_config(c, 1, type, kv::Layout::paged, bs));
   if (o.decode > 0) {
-    const int len = o.prompt_max + o.decode;
+    const int len = o.prompt_max + decode_steps(o.decode, o.decode_seqs);
     double total = 0;
-    for (const auto& kc : configs) total += static_cast<double>(kv::bytes_per_token(kc)) * len;
+    for (const auto& kc : configs) total += static_cast<double>(kv::bytes_per_token(kc)) * len * o.decode_seqs;
     if (total > physical_memory() / 4)
       return make_error(Errc::out_of_range,
-                        "the decode comparison holds {} caches of {} tokens at once ({} in all), over a quarter of this "
-                        "machine's memory: give fewer --blocks, a shorter --prompt-len or --decode, or --decode 0",
-                        configs.size(), len, cli::human_bytes(total));
+                        "the decode comparison holds {} caches of {} sequence{} of {} tokens at once ({} in all), over a "
+                        "quarter of this machine's memory: give fewer --blocks or --decode-seqs, a shorter --prompt-len or "
+                        "--decode, or --decode 0",
+                        configs.size(), o.decode_seqs, o.decode_seqs > 1 ? "s" : "", len, cli::human_bytes(total));
     auto r = load_runnable(com.spec);
     if (!r.ok()) {
       rep.foot.push_back(fmt::format("decode speed not measured: {}", r.error().message));
     } else {
       rm = std::move(*r);
       ThreadPool pool(com.threads);
-      LMP_ASSIGN(DecodeRatios d, decode_ratios(*rm->model, pool, configs, o.prompt_max, o.decode, kDecodeRounds, progress));
+      LMP_ASSIGN(DecodeRatios d, decode_ratios(*rm->model, pool, configs, o.prompt_max, o.decode, o.decode_seqs, kDecodeRounds, progress));
       contiguous_speed = d.contiguous_tok_s;
       ratios = std::move(d.ratios);
     }
@@ -277,16 +326,18 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
   rep.tables.push_back(std::move(t));
   if (waste16 >= 0) rep.field("paged_waste_pct_block16", 100 * waste16);
   if (ratio16 >= 0) rep.field("paged_decode_ratio_block16", ratio16);
+  if (rm) rep.field("decode_seqs", o.decode_seqs);
   rep.field("contiguous_waste_pct", 100 * cr.waste);
   rep.foot.push_back("waste: allocated minus used over allocated, averaged over the steps of serving the workload; "
                      "contiguous reserves the whole context per sequence");
   rep.foot.push_back("fit: sequences that fit at once at their full length; mean/max batch: sequences decoding together; "
                      "steps: decode steps to serve all requests (fewer is more throughput)");
   if (rm)
-    rep.foot.push_back(fmt::format("decode: {} tokens after a {}-token prompt on {}, {} thread{}, tokens/s against the contiguous "
-                                   "cache ({:.1f} tok/s); median of {} rounds, each running every cache in turn",
-                                   o.decode, o.prompt_max, rm->name, com.threads, com.threads > 1 ? "s" : "", contiguous_speed,
-                                   kDecodeRounds));
+    rep.foot.push_back(fmt::format(
+        "decode: {} sequence{} of a {}-token prompt decoding together, {} tokens each, on {}, {} thread{}; tokens/s against the "
+        "contiguous cache ({:.1f} tok/s); median of {} rounds, each running every cache in turn",
+        o.decode_seqs, o.decode_seqs > 1 ? "s" : "", o.prompt_max, decode_steps(o.decode, o.decode_seqs), rm->name, com.threads,
+        com.threads > 1 ? "s" : "", contiguous_speed, kDecodeRounds));
   return rep;
 }
 

@@ -181,28 +181,40 @@ class PagedKvCache final : public KvCache {
 }  // namespace
 
 Result<std::int32_t> BlockPool::take(std::int32_t want) {
-  if (want >= 0 && want < fresh_ && ref_[static_cast<std::size_t>(want)] == 0) {  // free: off the list
-    const auto i = static_cast<std::size_t>(at_[static_cast<std::size_t>(want)]);
-    free_[i] = free_.back();
-    at_[static_cast<std::size_t>(free_[i])] = static_cast<std::int32_t>(i);
-    free_.pop_back();
-    at_[static_cast<std::size_t>(want)] = -1;
-    return claim(want);
-  }
+  if (want >= 0 && want < fresh_ && ref_[static_cast<std::size_t>(want)] == 0) return claim(unlist(want));  // free or spare
   const bool next_fresh = want >= 0 && want == fresh_ && fresh_ < taken();  // the chunk's next block
-  if (!next_fresh && !free_.empty()) {
-    const std::int32_t id = free_.back();
-    free_.pop_back();
-    at_[static_cast<std::size_t>(id)] = -1;
-    return claim(id);
+  if (!next_fresh && !free_.empty()) return claim(unlist(free_.back()));
+  if (fresh_ == taken()) {
+    if (taken() >= max_blocks_ && !spare_.empty()) return claim(unlist(spare_.back()));
+    LMP_TRY(grow());
   }
-  if (fresh_ == taken()) LMP_TRY(grow());
-  return claim(fresh_++);
+  // A fresh block, and the rest of its run (within its chunk) set aside.
+  const std::int32_t id = fresh_++;
+  const std::int64_t run = std::max(1, kRunTokens / block_tokens_);
+  const auto end = static_cast<std::int32_t>(std::min<std::int64_t>(id + run, taken()));
+  for (; fresh_ < end; ++fresh_) list(spare_, fresh_);
+  return claim(id);
 }
 
 std::int32_t BlockPool::claim(std::int32_t id) {
   ref_[static_cast<std::size_t>(id)] = 1;
   ++in_use_;
+  return id;
+}
+
+void BlockPool::list(std::vector<std::int32_t>& l, std::int32_t id) {
+  at_[static_cast<std::size_t>(id)] = static_cast<std::int32_t>(l.size());
+  spare_at_[static_cast<std::size_t>(id)] = &l == &spare_;
+  l.push_back(id);
+}
+
+std::int32_t BlockPool::unlist(std::int32_t id) {
+  std::vector<std::int32_t>& l = spare_at_[static_cast<std::size_t>(id)] ? spare_ : free_;
+  const auto i = static_cast<std::size_t>(at_[static_cast<std::size_t>(id)]);
+  l[i] = l.back();
+  at_[static_cast<std::size_t>(l[i])] = static_cast<std::int32_t>(i);
+  l.pop_back();
+  at_[static_cast<std::size_t>(id)] = -1;
   return id;
 }
 
@@ -221,6 +233,7 @@ Status BlockPool::grow() {
   for (std::int64_t i = 0; i < n; ++i) slot_.push_back({base + static_cast<std::size_t>(i) * part_bytes_, stride});
   ref_.resize(slot_.size(), 0);
   at_.resize(slot_.size(), -1);
+  spare_at_.resize(slot_.size(), false);
   return {};
 }
 

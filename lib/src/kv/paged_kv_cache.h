@@ -20,29 +20,36 @@ namespace lmp::kv {
 // id a sequence asks for (the one after its last block) when it is free. Chunks grow
 // with the pool, by half of what it holds (at least kMinChunkBlocks blocks, at most
 // kMaxChunkBytes, never past max_blocks); their untouched pages cost no memory.
+//
+// Sequences that grow together would take the fresh blocks in turn, each of them a block
+// apart from its next. So a block taken from the fresh ones starts a run: the blocks after
+// it, kRunTokens tokens' worth, are set aside (spare) for the sequence that asks for them
+// by `want`. A spare block is free: it is counted so, and it is handed to anyone once no
+// other block is left, so the runs never cost a block of the budget.
 class BlockPool {
  public:
   BlockPool(std::size_t part_bytes, int n_parts, std::int64_t max_blocks, int block_tokens)
       : part_bytes_(part_bytes), n_parts_(n_parts), max_blocks_(max_blocks), block_tokens_(block_tokens) {}
-  // A block held once, `want` if it is free (-1: any); an error naming the budget when
-  // all max_blocks are in use.
+  // A block held once: `want` if it is free (-1: any); else a block freed before, else a
+  // fresh one (starting a run), else a spare one; an error naming the budget when all
+  // max_blocks are in use.
   Result<std::int32_t> take(std::int32_t want = -1);
   void hold(std::int32_t id) { ++ref_[static_cast<std::size_t>(id)]; }
   void drop(std::int32_t id) {
     if (--ref_[static_cast<std::size_t>(id)] == 0) {
-      at_[static_cast<std::size_t>(id)] = static_cast<std::int32_t>(free_.size());
-      free_.push_back(id);
+      list(free_, id);
       --in_use_;
     }
   }
   // A block table's blocks (-1: none, as after eviction): one more holder each; or
-  // entries from `keep` on let go of and erased.
+  // entries from `keep` on let go of and erased, the last first (so that the free list
+  // hands the first one out first, and its successors to whoever then asks for them).
   void hold_all(const std::vector<std::int32_t>& table) {
     for (std::int32_t id : table)
       if (id >= 0) hold(id);
   }
   void drop_from(std::vector<std::int32_t>& table, std::size_t keep) {
-    for (std::size_t i = keep; i < table.size(); ++i)
+    for (std::size_t i = table.size(); i-- > keep;)
       if (table[i] >= 0) drop(table[i]);
     if (table.size() > keep) table.resize(keep);
   }
@@ -59,6 +66,7 @@ class BlockPool {
   std::int64_t shared() const;  // blocks with two holders or more
 
   static constexpr std::int64_t kMinChunkBlocks = 16;
+  static constexpr int kRunTokens = 256;
   static constexpr std::size_t kMaxChunkBytes = std::size_t{1} << 30;
 
  private:
@@ -68,6 +76,9 @@ class BlockPool {
   };
   Status grow();
   std::int32_t claim(std::int32_t id);
+  // Free lists: `id` onto one, or off the one it is on (free_ or spare_).
+  void list(std::vector<std::int32_t>& l, std::int32_t id);
+  std::int32_t unlist(std::int32_t id);
 
   std::size_t part_bytes_;
   int n_parts_;
@@ -76,8 +87,10 @@ class BlockPool {
   std::vector<std::unique_ptr<std::byte[]>> chunks_;  // (n_parts, the chunk's blocks, part_bytes) each
   std::vector<Slot> slot_;                            // per block
   std::vector<int> ref_;                              // per block: its holders
-  std::vector<std::int32_t> at_;                      // per block: its index in free_, -1 when held
+  std::vector<std::int32_t> at_;                      // per block: its index in free_ or spare_, -1 when held
+  std::vector<bool> spare_at_;                        // per block: on spare_ (not free_)
   std::vector<std::int32_t> free_;                    // blocks once used, now free
+  std::vector<std::int32_t> spare_;                   // fresh blocks set aside for a run
   std::int32_t fresh_ = 0;                            // blocks from here on were never handed out
   std::int64_t in_use_ = 0;
 };
