@@ -276,9 +276,10 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
     const int len = o.prompt_max + decode_steps(o.decode, o.decode_seqs);
     double total = 0;
     for (const auto& kc : configs) total += static_cast<double>(kv::bytes_per_token(kc)) * len * o.decode_seqs;
+    total += static_cast<double>(kv::bytes_per_token(cache_config(c, 1))) * o.prompt_max * o.decode_seqs;  // the prompts, f32
     if (total > physical_memory() / 4)
       return make_error(Errc::out_of_range,
-                        "the decode comparison holds {} caches of {} sequence{} of {} tokens at once ({} in all), over a "
+                        "the decode comparison holds {} caches of {} sequence{} of {} tokens at once ({} in all, with the prompts), over a "
                         "quarter of this machine's memory: give fewer --blocks or --decode-seqs, a shorter --prompt-len or "
                         "--decode, or --decode 0",
                         configs.size(), o.decode_seqs, o.decode_seqs > 1 ? "s" : "", len, cli::human_bytes(total));
