@@ -126,14 +126,34 @@ Result<SimResult> serve(const std::vector<Request>& reqs, int ctx, int bs, std::
 // together. Each sequence has its own prompt of `ctx` tokens; their keys and values are
 // computed once (an f32 contiguous cache) and stored into every cache (`configs[0]` the
 // contiguous one) in turns of a block (16 tokens for the contiguous cache), one sequence
-// after another, so that a paged cache's sequences hold blocks that alternate in its pool,
-// as those of sequences decoding together do. (One sequence alone holds blocks that lie
-// next to each other, the best case.) A decode step then runs one token of every sequence.
+// after another, so that a paged cache's sequences take their blocks in turn, as sequences
+// decoding together do (its pool then sets runs of blocks aside for each: paged_kv_cache.h).
+// One sequence alone is the best case. A decode step runs one token of every sequence.
 // `rounds` rounds each decode on every cache in turn, the first cache of a round moving by
 // one each round; each paged cache's figure is the median over the rounds of its tok/s
 // over the contiguous cache's in the same round: hosts whose speed drifts within minutes
 // moved the ratio by up to a tenth when the contiguous cache was measured first and the
 // blocks after. The caches are all held at once (one per configuration).
+// Tokens 0..ctx-1 of every sequence into `cache`, `turn` tokens of one sequence, then of
+// the next; rows[s * n_layer + l]: sequence s's keys and values of layer l, (ctx, kv_dim) f32.
+Status store_in_turns(kv::KvCache& cache, const std::vector<kv::KvBlock>& rows, int ctx, int turn) {
+  const kv::KvConfig& kc = cache.config();
+  const auto kv_dim = static_cast<std::size_t>(kc.kv_dim);
+  for (int t0 = 0; t0 < ctx; t0 += turn) {
+    for (int s = 0; s < kc.max_seqs; ++s) {
+      for (int i = t0; i < std::min(ctx, t0 + turn); ++i) {
+        for (int l = 0; l < kc.n_layer; ++l) {
+          const kv::KvBlock& b = rows[static_cast<std::size_t>(s * kc.n_layer + l)];
+          const std::size_t at = static_cast<std::size_t>(i) * kv_dim;
+          LMP_TRY(cache.append(l, s, {reinterpret_cast<const float*>(b.k) + at, kv_dim},
+                               {reinterpret_cast<const float*>(b.v) + at, kv_dim}));
+        }
+      }
+    }
+  }
+  return {};
+}
+
 struct DecodeRatios {
   double contiguous_tok_s = 0;  // the contiguous cache's median, tokens of all sequences
   std::vector<double> ratios;   // (configs - 1) configs[1..]'s, in order
@@ -142,7 +162,6 @@ Result<DecodeRatios> decode_ratios(model::Transformer& m, ThreadPool& pool, std:
                                    int seqs, int rounds, cli::Progress& progress) {
   const model::Config& c = m.config();
   const int steps = decode_steps(n, seqs);
-  const std::size_t kv_dim = static_cast<std::size_t>(c.kv_dim());
   std::vector<float> logits(static_cast<std::size_t>(c.n_vocab));
   progress.update(0, "decode: prompts");
   kv::KvConfig pc = configs[0];
@@ -171,19 +190,7 @@ Result<DecodeRatios> decode_ratios(model::Transformer& m, ThreadPool& pool, std:
     kc.n_ctx = ctx + steps;
     kc.max_seqs = seqs;
     LMP_ASSIGN(auto cache, kv::make_kv_cache(kc));
-    const int turn = kc.layout == kv::Layout::paged ? kc.block_size : 16;
-    for (int t0 = 0; t0 < ctx; t0 += turn) {
-      for (int s = 0; s < seqs; ++s) {
-        for (int i = t0; i < std::min(ctx, t0 + turn); ++i) {
-          for (int l = 0; l < c.n_layer; ++l) {
-            const kv::KvBlock& b = rows[static_cast<std::size_t>(s * c.n_layer + l)];
-            const std::size_t at = static_cast<std::size_t>(i) * kv_dim;
-            LMP_TRY(cache->append(l, s, {reinterpret_cast<const float*>(b.k) + at, kv_dim},
-                                  {reinterpret_cast<const float*>(b.v) + at, kv_dim}));
-          }
-        }
-      }
-    }
+    LMP_TRY(store_in_turns(*cache, rows, ctx, kc.layout == kv::Layout::paged ? kc.block_size : 16));
     caches.push_back(std::move(cache));
   }
   prompts.reset();
@@ -279,9 +286,9 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
     total += static_cast<double>(kv::bytes_per_token(cache_config(c, 1))) * o.prompt_max * o.decode_seqs;  // the prompts, f32
     if (total > physical_memory() / 4)
       return make_error(Errc::out_of_range,
-                        "the decode comparison holds {} caches of {} sequence{} of {} tokens at once ({} in all, with the prompts), over a "
-                        "quarter of this machine's memory: give fewer --blocks or --decode-seqs, a shorter --prompt-len or "
-                        "--decode, or --decode 0",
+                        "the decode comparison holds {} caches of {} sequence{} of {} tokens at once ({} in all, with the "
+                        "prompts), over a quarter of this machine's memory: give fewer --blocks or --decode-seqs, a shorter "
+                        "--prompt-len or --decode, or --decode 0",
                         configs.size(), o.decode_seqs, o.decode_seqs > 1 ? "s" : "", len, cli::human_bytes(total));
     auto r = load_runnable(com.spec);
     if (!r.ok()) {
@@ -289,7 +296,8 @@ Result<cli::Report> run_paged(const Common& com, const PagedOptions& o) {
     } else {
       rm = std::move(*r);
       ThreadPool pool(com.threads);
-      LMP_ASSIGN(DecodeRatios d, decode_ratios(*rm->model, pool, configs, o.prompt_max, o.decode, o.decode_seqs, kDecodeRounds, progress));
+      LMP_ASSIGN(DecodeRatios d,
+                 decode_ratios(*rm->model, pool, configs, o.prompt_max, o.decode, o.decode_seqs, kDecodeRounds, progress));
       contiguous_speed = d.contiguous_tok_s;
       ratios = std::move(d.ratios);
     }
