@@ -143,7 +143,7 @@ TEST_CASE("json raw values: kept as text at their path, elements counted and mar
   CHECK(d3.value()->root().get("model").get("merges").raw()->count == 0);
 }
 
-TEST_CASE("json raw values: a mark every 1024 elements; their ends found or the fault located", "[core][json]") {
+TEST_CASE("json raw values: a mark every 1024 elements, their ends found or the fault located", "[core][json]") {
   json::ParseOptions raw{{"m"}};
   std::string text = "{\"m\": [";
   std::vector<std::size_t> starts;

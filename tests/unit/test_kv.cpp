@@ -362,7 +362,7 @@ TEST_CASE("copy-on-write: a forked sequence's writes never change its source", "
   CHECK(c->stats().tokens == 30);
 }
 
-TEST_CASE("paged: a sequence's consecutive blocks are read as one run; interleaved ones as several", "[kv][paged]") {
+TEST_CASE("paged: a sequence's consecutive blocks are read as one run, interleaved ones as several", "[kv][paged]") {
   const KvConfig cfg{.n_layer = 2, .n_ctx = 256, .kv_dim = 8, .layout = Layout::paged, .max_seqs = 2, .block_size = 4};
   auto c = must(make_kv_cache(cfg));
   auto runs = [&](int layer, SeqId s) { return run_sizes(*c, layer, s); };
@@ -398,7 +398,7 @@ TEST_CASE("paged: a sequence's consecutive blocks are read as one run; interleav
   CHECK(c->stats().blocks_in_use == 20);
 }
 
-TEST_CASE("paged: sequences growing together read their blocks in runs; set-aside blocks still serve the budget", "[kv][paged]") {
+TEST_CASE("paged: sequences growing together read their blocks in runs, set-aside blocks still serve the budget", "[kv][paged]") {
   const KvConfig cfg{.n_layer = 2, .n_ctx = 256, .kv_dim = 8, .layout = Layout::paged, .max_seqs = 4, .block_size = 4};
   auto c = must(make_kv_cache(cfg));
   // Four sequences taking a token each in turn: the fresh block each takes starts a run
@@ -522,7 +522,7 @@ TEST_CASE("errors: context full, out of blocks, bad sequences, bad configs", "[k
   CHECK((q8.ok() && *q8 == KvType::int8));
 }
 
-TEST_CASE("int4-kivi: keys per channel after a full-precision window, values per token; truncate, fork, errors", "[kv]") {
+TEST_CASE("int4-kivi: keys per channel after a full-precision window, values per token, truncate, fork, errors", "[kv]") {
   KvConfig cfg;
   cfg.n_layer = 2;
   cfg.n_ctx = 100;
@@ -627,7 +627,7 @@ Status put_random(KvCache& c, SeqId s, std::mt19937& rng) {
 // The paged int4-kivi cache, its group the block: with blocks of 32 it holds exactly what
 // the contiguous one does (groups of 32) over random appends, forks, truncations (into
 // sealed groups too) and releases; forks share the sealed blocks, and nothing leaks.
-TEST_CASE("int4-kivi paged equals int4-kivi contiguous over random operations; blocks shared, freed", "[kv][paged]") {
+TEST_CASE("int4-kivi paged equals int4-kivi contiguous over random operations, blocks shared, freed", "[kv][paged]") {
   KvConfig cfg;
   cfg.n_layer = 2;
   cfg.n_ctx = 100;
@@ -676,7 +676,7 @@ TEST_CASE("int4-kivi paged equals int4-kivi contiguous over random operations; b
   CHECK(paged->stats().blocks_in_use == 0);
 }
 
-TEST_CASE("int4-kivi paged: the block is the group; budget and context errors", "[kv][paged]") {
+TEST_CASE("int4-kivi paged: the block is the group, budget and context errors", "[kv][paged]") {
   KvConfig cfg;
   cfg.n_layer = 2;
   cfg.n_ctx = 64;

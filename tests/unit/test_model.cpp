@@ -222,7 +222,7 @@ TEST_CASE("rope: the adjacent and the halves layouts are one rotation under a pe
   CHECK(c == a);
 }
 
-TEST_CASE("a random model: one token at a time equals the batch; cached equals recomputed; errors", "[model]") {
+TEST_CASE("a random model: one token at a time equals the batch, cached equals recomputed, errors", "[model]") {
   RandomModel rm("tiny.gguf", tiny_config(), 5);
   auto& m = rm.model;
   const Config& c = m->config();

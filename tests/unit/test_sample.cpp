@@ -210,7 +210,7 @@ TEST_CASE("the chi-square p-value matches known quantiles", "[sample]") {
   CHECK(chi_square_p(149.449, 100) == Approx(0.001).margin(2e-4));
 }
 
-TEST_CASE("properties: top-k 1 and temperature -> 0 are greedy; pruned sets equal full sorts; seeds repeat",
+TEST_CASE("properties: top-k 1 and temperature -> 0 are greedy, pruned sets equal full sorts, seeds repeat",
           "[sample][property]") {
   Rng gen(42);
   for (int trial = 0; trial < 20; ++trial) {

@@ -119,7 +119,7 @@ TEST_CASE("SentencePiece unigram: the path of highest total score", "[tok][spm]"
   CHECK(m->bos_id() == 1);
 }
 
-TEST_CASE("SentencePiece BPE: highest score first, leftmost on ties; byte fallback", "[tok][spm]") {
+TEST_CASE("SentencePiece BPE: highest score first, leftmost on ties, byte fallback", "[tok][spm]") {
   std::vector<P> pieces = {{"<unk>", 0, 2}, {S, -10, 1}, {"a", -10, 1}, {"b", -10, 1}, {"ab", -1, 1}, {"ba", -1, 1},
                            {S + "a", -2, 1}};
   for (int b = 0; b < 256; ++b) {
