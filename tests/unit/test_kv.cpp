@@ -365,13 +365,12 @@ TEST_CASE("copy-on-write: a forked sequence's writes never change its source", "
 TEST_CASE("paged: a sequence's consecutive blocks are read as one run, interleaved ones as several", "[kv][paged]") {
   const KvConfig cfg{.n_layer = 2, .n_ctx = 256, .kv_dim = 8, .layout = Layout::paged, .max_seqs = 2, .block_size = 4};
   auto c = must(make_kv_cache(cfg));
-  auto runs = [&](int layer, SeqId s) { return run_sizes(*c, layer, s); };
   // Alone, 50 tokens take blocks 0..12 of the pool's first chunk (16 blocks): one run.
   for (int i = 0; i < 50; ++i) REQUIRE(put(*c, 0, i).ok());
-  for (int l = 0; l < cfg.n_layer; ++l) CHECK(runs(l, 0) == std::vector<int>{50});
+  for (int l = 0; l < cfg.n_layer; ++l) CHECK(run_sizes(*c, l, 0) == std::vector<int>{50});
   // 100 tokens cross into the second chunk: two runs, split where the chunk ends.
   for (int i = 50; i < 100; ++i) REQUIRE(put(*c, 0, i).ok());
-  CHECK(runs(1, 0) == std::vector<int>{64, 36});
+  CHECK(run_sizes(*c, 1, 0) == std::vector<int>{64, 36});
   CHECK(tokens_of(*c, 0) == tokens(0, 100));
   // Truncated into a block and grown again: the rows are those written, still one run a chunk.
   REQUIRE(c->truncate(0, 30).ok());
@@ -379,7 +378,7 @@ TEST_CASE("paged: a sequence's consecutive blocks are read as one run, interleav
   auto want = tokens(0, 30), more = tokens(1030, 1040);
   want.insert(want.end(), more.begin(), more.end());
   CHECK(tokens_of(*c, 0) == want);
-  CHECK(runs(0, 0) == std::vector<int>{40});
+  CHECK(run_sizes(*c, 0, 0) == std::vector<int>{40});
   // Two sequences growing token by token in turn share out the free blocks: their runs
   // split, their rows do not.
   c->release(0);
@@ -389,7 +388,7 @@ TEST_CASE("paged: a sequence's consecutive blocks are read as one run, interleav
   }
   CHECK(tokens_of(*c, 0) == tokens(0, 40));
   CHECK(tokens_of(*c, 1) == tokens(500, 540));
-  const auto r0 = runs(0, 0), r1 = runs(0, 1);
+  const auto r0 = run_sizes(*c, 0, 0), r1 = run_sizes(*c, 0, 1);
   CHECK(r0.size() + r1.size() > 2);
   int sum = 0;
   for (int n : r0) sum += n;
