@@ -207,15 +207,15 @@ Status run(const Options& o, cli::Output& out) {
                                           kc.layout == kv::Layout::paged ? fmt::format(", block {}", kc.block_size) : "");
   if (o.json) {
     cli::note(fmt::format(
-        "{{\"model\":{},\"load_s\":{:.4f},\"prompt_tokens\":{},\"prompt_s\":{:.4f},\"prompt_tok_s\":{:.2f},"
-        "\"generated_tokens\":{},\"generate_s\":{:.4f},\"generate_tok_s\":{:.2f},\"time_to_first_token_s\":{:.4f},"
+        "{{\"model\":{},\"load_s\":{:.6f},\"prompt_tokens\":{},\"prompt_s\":{:.6f},\"prompt_tok_s\":{:.2f},"
+        "\"generated_tokens\":{},\"generate_s\":{:.6f},\"generate_tok_s\":{:.2f},\"time_to_first_token_s\":{:.6f},"
         "\"kv_cache_bytes\":{},\"kv_cache_allocated_bytes\":{},\"kv_cache_reserved_bytes\":{},\"kv_layout\":\"{}\","
         "\"kv_type\":\"{}\",\"kv_block\":{},\"kv_evict\":\"{}\",\"num_samples\":{},\"kv_separate_bytes\":{},"
         "\"kv_saved_fraction\":{:.4f},\"peak_rss_bytes\":{},\"threads\":{},\"cache\":{},"
         "\"weight_bytes_per_token\":{},\"kernels\":\"{}\",\"prefetch_bytes\":{},\"prefetch_float_bytes\":{},\"weights\":\"{}\"}}",
         [&] { std::string s; json::append_string(s, model->describe()); return s; }(), load_s, prompt.size(), pp,
         static_cast<double>(prompt.size()) / pp, generated, gen, gen > 0 ? static_cast<double>(generated) / gen : 0.0,
-        secs(t1, t_first), ks.used, ks.allocated, ks.reserved, kv::layout_name(kc.layout), kv::kv_type_name(kc.type),
+        secs(t0, t_first), ks.used, ks.allocated, ks.reserved, kv::layout_name(kc.layout), kv::kv_type_name(kc.type),
         kc.block_size, kv::eviction_name(kc.eviction), o.samples, separate, saved, cli::peak_rss_bytes(), o.threads,
         !o.no_cache, model->weight_bytes_per_token(), model::kernel_name(), model::prefetch_distance(false), model::prefetch_distance(true), o.no_mmap ? "read" : "mapped"));
   } else {
