@@ -157,8 +157,9 @@ TEST_CASE("the AVX-512 GEMMs agree with the reference products, at every edge of
     for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
     for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
     X[3] = 0;  // a zero block scale must not divide by zero
-    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0}) {
-      if (t == DType::q8_0 && !gemm_q8_available()) continue;
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0}) {
+      const bool int8 = t == DType::q8_0 || t == DType::q4_0;
+      if (int8 && !gemm_q8_available()) continue;
       const std::size_t rb = dtype_bytes(t, cols);
       std::vector<std::byte> q(rb * static_cast<std::size_t>(rows));
       for (int i = 0; i < rows; ++i) from_f32(t, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);
@@ -166,7 +167,7 @@ TEST_CASE("the AVX-512 GEMMs agree with the reference products, at every edge of
       const std::size_t ld = static_cast<std::size_t>(rows - lo);
       std::vector<float> got(static_cast<std::size_t>(n) * ld, -999.0f);
       GemmScratch gs;
-      if (t == DType::q8_0) {
+      if (int8) {
         QuantizedBatch xq;
         prepare_batch(xq, n, cols);
         quantize_batch(xq, X.data(), cols, 0, n / 2);  // in two ranges, as two threads would
@@ -188,14 +189,59 @@ TEST_CASE("the AVX-512 GEMMs agree with the reference products, at every edge of
           for (int k = 0; k < cols; ++k) want += static_cast<double>(row[static_cast<std::size_t>(k)]) * static_cast<double>(x[k]);
           const double g = got[static_cast<std::size_t>(tok) * ld + static_cast<std::size_t>(i - lo)];
           INFO(dtype_name(t) << " n " << n << " rows " << rows << " cols " << cols << " token " << tok << " row " << i);
-          if (t == DType::q8_0) {
-            // int8 activations, as the decode step quantizes them: the same integer sums.
+          if (int8) {
+            // int8 activations, as the decode step quantizes them: the same integer sums
+            // (q4_0 rows unpacked to q8_0 blocks of the same values).
             REQUIRE(g == Approx(one[static_cast<std::size_t>(i)]).margin(1e-4));
             REQUIRE(g == Approx(want).margin(0.1));
           } else {
             REQUIRE(g == Approx(want).margin(1e-4));
           }
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("a few tokens at once: each row read once for all of them, the same bits at any split of the rows",
+          "[model][ops]") {
+  if (!matmul_few_available(DType::f32, 1)) SUCCEED("no AVX2 on this CPU: prompts take matmul's kernels");
+  Rng r(17);
+  // Columns: 96, 109 (a tail of 8 and one of 5), 2048 (one tile for 2 tokens, two for 8),
+  // 4123 (a long row in three tiles and a tail); rows 13 (blocks of 4 with 1 left) and 70
+  // with row ranges that start inside the matrix; tokens 1..9 and 16 (groups of 4 and what is left).
+  for (auto [rows, cols] : {std::pair{13, 96}, std::pair{13, 109}, std::pair{70, 2048}, std::pair{7, 4123}}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+      std::vector<float> W(static_cast<std::size_t>(rows * cols));
+      for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
+      const std::size_t rb = dtype_bytes(t, cols);
+      std::vector<std::byte> q(rb * static_cast<std::size_t>(rows));
+      for (int i = 0; i < rows; ++i) from_f32(t, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);
+      Weight w{t, q.data(), rows, cols, rb};
+      std::vector<float> deq(static_cast<std::size_t>(rows * cols));
+      for (int i = 0; i < rows; ++i)
+        to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, deq.data() + static_cast<std::size_t>(i * cols), static_cast<std::size_t>(cols));
+      for (int n : {1, 2, 3, 4, 5, 8, 9, 16}) {
+        if (!matmul_few_available(t, n)) continue;
+        INFO(dtype_name(t) << ", " << rows << " rows of " << cols << ", " << n << " tokens");
+        std::vector<float> X(static_cast<std::size_t>(n * cols));
+        for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
+        const auto ld = static_cast<std::size_t>(rows);
+        std::vector<float> whole(static_cast<std::size_t>(n) * ld, -999.0f), split(whole.size(), -999.0f), scratch;
+        matmul_few(whole.data(), ld, w, X.data(), n, 0, rows, scratch);
+        for (int cut : {1, 5, rows / 2}) {
+          matmul_few(split.data(), ld, w, X.data(), n, 0, cut, scratch);
+          matmul_few(split.data() + cut, ld, w, X.data(), n, cut, rows, scratch);
+          REQUIRE(split == whole);
+        }
+        for (int tok = 0; tok < n; ++tok)
+          for (int i = 0; i < rows; ++i) {
+            double want = 0;
+            for (int k = 0; k < cols; ++k)
+              want += static_cast<double>(deq[static_cast<std::size_t>(i * cols + k)]) * static_cast<double>(X[static_cast<std::size_t>(tok * cols + k)]);
+            REQUIRE(static_cast<double>(whole[static_cast<std::size_t>(tok) * ld + static_cast<std::size_t>(i)]) ==
+                    Approx(want).margin(1e-4 * std::sqrt(static_cast<double>(cols))));
+          }
       }
     }
   }

@@ -6,7 +6,8 @@
 // X[t][k] and adds it times the panel's two 16-wide halves into 16 zmm accumulators,
 // the outer-product form of BLIS's kernels: no horizontal sums, two loads per 16 FMAs.
 //
-// q8_0 weights. The activations are quantized as q8_0 quantizes (a scale per token and
+// q8_0 and q4_0 weights (a q4_0 row is unpacked into q8_0 blocks of the same values
+// first, 4 rows at a time). The activations are quantized as q8_0 quantizes (a scale per token and
 // 32 columns) but stored as unsigned bytes, x_q + 128, in VNNI order: per group of 16
 // tokens, 4 columns of all 16 tokens side by side (64 bytes). vpdpbusd then multiplies
 // 4 columns of 16 tokens by 4 weight bytes broadcast from the row: 64 products in one
@@ -187,6 +188,19 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl"))) void row_sums(co
   }
 }
 
+// q4_0 blocks as q8_0 blocks of the same values: element j < 16 is the low nibble of byte
+// j minus 8, element j ≥ 16 the high nibble of byte j − 16 minus 8; the scale is kept.
+__attribute__((target("avx2"))) void unpack_q4(const BlockQ4_0* in, std::size_t nb, BlockQ8_0* out) {
+  const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  for (std::size_t b = 0; b < nb; ++b) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in[b].qs));
+    out[b].d = in[b].d;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].qs), _mm_sub_epi8(_mm_and_si128(q, low), eight));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].qs + 16),
+                     _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), low), eight));
+  }
+}
+
 }  // namespace
 
 void pack_keys(float* Kt, const float* K, std::size_t c, std::size_t hd) {
@@ -288,6 +302,8 @@ void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& 
   const std::size_t nb = static_cast<std::size_t>(w.cols) / 32;
   s.corr.resize(4 * nb);
   s.dw.resize(4 * nb);
+  const bool q4 = w.dtype == DType::q4_0;
+  if (q4) s.unpacked.resize(4 * nb);
   // Groups of tokens per pass over the rows: their activations (cols · 16 bytes a group)
   // stay in L2 while the rows stream by.
   const std::size_t chunk = std::max<std::size_t>(2, (std::size_t{512} << 10) / (xq.cols * 16) / 2 * 2);
@@ -297,7 +313,14 @@ void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& 
       const int R = static_cast<int>(std::min<std::int64_t>(4, hi - r0));
       const BlockQ8_0* rows[4];
       for (int r = 0; r < R; ++r) {
-        rows[r] = reinterpret_cast<const BlockQ8_0*>(w.data + static_cast<std::size_t>(r0 + r) * w.row_bytes);
+        const std::byte* row = w.data + static_cast<std::size_t>(r0 + r) * w.row_bytes;
+        if (q4) {
+          BlockQ8_0* u = s.unpacked.data() + static_cast<std::size_t>(r) * nb;
+          unpack_q4(reinterpret_cast<const BlockQ4_0*>(row), nb, u);
+          rows[r] = u;
+        } else {
+          rows[r] = reinterpret_cast<const BlockQ8_0*>(row);
+        }
         row_sums(rows[r], nb, s.corr.data() + static_cast<std::size_t>(r) * nb, s.dw.data() + static_cast<std::size_t>(r) * nb);
       }
       float* o = out + static_cast<std::size_t>(r0 - lo);

@@ -209,6 +209,129 @@ __attribute__((target("avx2,fma,f16c"))) void matvec_tiled(float* out, const Wei
   }
 }
 
+// ---- a few tokens at once: each row read once for all of them ---------------------------
+
+// A bf16 weight, told apart from an f16 one by its type.
+struct Bf16 {
+  std::uint16_t bits;
+};
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const Bf16* a) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+__attribute__((target("avx2,fma,f16c"))) inline float load1(const Bf16* a) { return bf16_to_f32(a->bits); }
+
+// s[r · 4 + t] = a_r[0, len) · x_t[0, len) for R rows a_r = a + r · lda and NT tokens, the
+// x_t packed in steps of 8 columns: column i of token t at xp[(i / 8) · step + t · 8 + i % 8].
+// A step loads the NT tokens' 8 numbers once (side by side: one stream through L1) and
+// each row's 8 numbers once, for R · NT multiply-adds into as many accumulators.
+template <class T, int R, int NT>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void dots_few(const T* a, std::size_t lda, const float* xp,
+                                                             std::size_t step, std::int64_t len, float* s) {
+  __m256 acc[R][NT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+  const float* xs = xp;
+  std::int64_t i = 0;
+  for (; i + 8 <= len; i += 8, xs += step) {
+    __m256 xv[NT];
+    for (int t = 0; t < NT; ++t) xv[t] = _mm256_loadu_ps(xs + 8 * t);
+    for (int r = 0; r < R; ++r) {
+      const __m256 wv = load8(a + static_cast<std::size_t>(r) * lda + i);
+      for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) {
+      float v = hsum(acc[r][t]);
+      for (std::int64_t k = i; k < len; ++k) v += load1(a + static_cast<std::size_t>(r) * lda + k) * xs[8 * t + (k - i)];
+      s[r * 4 + t] = v;
+    }
+}
+
+// With AVX-512VL's 32 registers 4 rows × 4 tokens (16 accumulators), with AVX2's 16 two rows.
+template <class T, int R, int NT>
+__attribute__((target("avx2,fma,f16c,avx512f,avx512vl"))) void dots_few_wide(const T* a, std::size_t lda, const float* xp,
+                                                                            std::size_t step, std::int64_t len, float* s) {
+  dots_few<T, R, NT>(a, lda, xp, step, len, s);
+}
+
+template <class T, int R>
+__attribute__((target("avx2,fma,f16c"))) inline void dots_few_tokens(bool wide, const T* a, std::size_t lda, const float* xp,
+                                                                    std::size_t step, std::int64_t len, std::size_t nt,
+                                                                    float* s) {
+  if (wide) {
+    switch (nt) {
+      case 4: return dots_few_wide<T, R, 4>(a, lda, xp, step, len, s);
+      case 3: return dots_few_wide<T, R, 3>(a, lda, xp, step, len, s);
+      case 2: return dots_few_wide<T, R, 2>(a, lda, xp, step, len, s);
+      default: return dots_few_wide<T, R, 1>(a, lda, xp, step, len, s);
+    }
+  }
+  switch (nt) {
+    case 4: return dots_few<T, R, 4>(a, lda, xp, step, len, s);
+    case 3: return dots_few<T, R, 3>(a, lda, xp, step, len, s);
+    case 2: return dots_few<T, R, 2>(a, lda, xp, step, len, s);
+    default: return dots_few<T, R, 1>(a, lda, xp, step, len, s);
+  }
+}
+
+// The rows go in blocks that stay in L2 (about 192 KB), each block in column tiles whose
+// slices of the n tokens' activations (16 KB in all) stay in L1 while the block's rows
+// pass over them; with more than one tile the next block is fetched into L2 meanwhile, as
+// in matvec_tiled. A row's sum for a token is its tiles' sums in tile order, the tiles
+// set by n and the row length only, so the threads' split of the rows changes no bit.
+template <class T>
+__attribute__((target("avx2,fma,f16c"))) void matmul_few_rows(float* out, std::size_t ld, const Weight& w, const float* x,
+                                                             std::int64_t n, std::int64_t lo, std::int64_t hi,
+                                                             std::vector<float>& xp) {
+  const bool wide = cpu::avx512();
+  const std::int64_t R = wide ? 4 : 2;
+  const std::int64_t cols = w.cols;
+  const std::int64_t fit = std::max<std::int64_t>(256, (std::int64_t{16} << 10) / (4 * n) / 32 * 32);
+  const std::int64_t tiles = (cols + fit - 1) / fit, tile = ((cols + tiles - 1) / tiles + 31) / 32 * 32;
+  const std::int64_t block =
+      std::max<std::int64_t>(4, static_cast<std::int64_t>((std::size_t{192} << 10) / w.row_bytes) / 4 * 4);
+  // X packed: 8 columns of every token side by side (the last step's columns past
+  // `cols` are zeros nobody reads).
+  const auto N = static_cast<std::size_t>(n), C = static_cast<std::size_t>(cols), step = 8 * N;
+  xp.assign((C + 7) / 8 * step, 0.0f);
+  for (std::size_t t = 0; t < N; ++t)
+    for (std::size_t c = 0; c < C; ++c) xp[c / 8 * step + t * 8 + c % 8] = x[t * C + c];
+  const std::size_t lda = w.row_bytes / sizeof(T);
+  for (std::int64_t r0 = lo; r0 < hi; r0 += block) {
+    const std::int64_t r1 = std::min(hi, r0 + block);
+    const char* next = reinterpret_cast<const char*>(w.data + static_cast<std::size_t>(r1) * w.row_bytes);
+    const std::size_t lines = tiles > 1 ? static_cast<std::size_t>(std::min(hi, r1 + block) - r1) * w.row_bytes / 64 : 0;
+    const auto steps = static_cast<std::size_t>((r1 - r0 + R - 1) / R * tiles);
+    const std::size_t per_step = (lines + steps - 1) / steps;
+    std::size_t fetched = 0;
+    for (std::int64_t c = 0; c < cols; c += tile) {
+      const std::int64_t len = std::min(tile, cols - c);
+      for (std::int64_t r = r0; r < r1; r += R) {
+        for (std::size_t k = 0; k < per_step && fetched < lines; ++k, ++fetched) _mm_prefetch(next + 64 * fetched, _MM_HINT_T1);
+        const T* a = reinterpret_cast<const T*>(w.data + static_cast<std::size_t>(r) * w.row_bytes) + c;
+        const std::int64_t nr = std::min(R, r1 - r);
+        for (std::size_t t0 = 0; t0 < N; t0 += 4) {
+          float s[16];
+          const float* xt = xp.data() + static_cast<std::size_t>(c) / 8 * step + t0 * 8;
+          const std::size_t nt = std::min<std::size_t>(4, N - t0);
+          if (nr == 4) dots_few_tokens<T, 4>(wide, a, lda, xt, step, len, nt, s);
+          else if (nr >= 2) dots_few_tokens<T, 2>(wide, a, lda, xt, step, len, nt, s);
+          else dots_few_tokens<T, 1>(wide, a, lda, xt, step, len, nt, s);
+          if (nr == 3) dots_few_tokens<T, 1>(wide, a + 2 * lda, lda, xt, step, len, nt, s + 8);
+          for (std::int64_t i = 0; i < nr; ++i)
+            for (std::size_t j = 0; j < nt; ++j) {
+              float& dst = out[(t0 + j) * ld + static_cast<std::size_t>(r + i - lo)];
+              const float v = s[i * 4 + static_cast<std::int64_t>(j)];
+              dst = c == 0 ? v : dst + v;
+            }
+        }
+      }
+    }
+  }
+}
+
 // The int8 dot product of 32 weights w and 32 activations x, as 8 int32 lanes: the
 // unsigned × signed multiply-add needs an unsigned operand, so |w| times x with w's sign.
 __attribute__((target("avx2"))) inline __m256i dot32_avx2(__m256i w, __m256i x) {
@@ -466,6 +589,24 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
           out[static_cast<std::size_t>(t) * ld + static_cast<std::size_t>(r - lo + i)] =
               dot(scratch.data() + static_cast<std::size_t>(i) * cols, x + static_cast<std::size_t>(t) * cols, static_cast<int>(cols));
     }
+  }
+}
+
+bool matmul_few_available(DType t, std::int64_t n) {
+  // Measured on Zen 4 (docs/benchmarks.md): against the AVX-512 GEMM, which packs every
+  // row first, this path is faster up to about 40 tokens there, where 512-bit products run
+  // as two halves; where they run whole the GEMM's products are twice as fast, so 16.
+  const std::int64_t most = cpu::avx512_halves() ? 32 : 16;
+  return n <= most && cpu::avx2() && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
+}
+
+void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo,
+                std::int64_t hi, std::vector<float>& scratch) {
+  switch (w.dtype) {
+    case DType::f32: return matmul_few_rows<float>(out, ld, w, x, n, lo, hi, scratch);
+    case DType::f16: return matmul_few_rows<std::uint16_t>(out, ld, w, x, n, lo, hi, scratch);
+    case DType::bf16: return matmul_few_rows<Bf16>(out, ld, w, x, n, lo, hi, scratch);
+    default: return;  // refused by matmul_few_available
   }
 }
 

@@ -13,6 +13,9 @@ using tensor_io::TensorInfo;
 
 namespace {
 
+// Weights whose products run on int8 activations (q8_0 blocks; q4_0 unpacked to them).
+bool is_int8_rows(DType t) { return t == DType::q8_0 || t == DType::q4_0; }
+
 std::optional<std::int64_t> meta_int(const TensorFile& f, const std::string& key) {
   const MetaValue* v = f.meta(key);
   return v ? v->as_int() : std::nullopt;
@@ -441,10 +444,10 @@ void Transformer::matmuls(std::span<const Mm> jobs, const float* x, std::int64_t
   const auto T = static_cast<std::size_t>(pool.size());
   scratch_.resize(T);
   gemm_.resize(T);
-  // q8_0 weights multiply int8 activations: X quantized once for all the jobs (they
-  // share it), the tokens split between the threads.
+  // q8_0 and q4_0 weights multiply int8 activations: X quantized once for all the jobs
+  // (they share it), the tokens split between the threads.
   bool int8 = false;
-  for (const auto& j : jobs) int8 = int8 || (j.w->dtype == DType::q8_0 && gemm_q8_available());
+  for (const auto& j : jobs) int8 = int8 || (is_int8_rows(j.w->dtype) && gemm_q8_available());
   if (int8) {
     const std::int64_t cols = jobs[0].w->cols;
     prepare_batch(bxq_, n, cols);
@@ -458,12 +461,14 @@ void Transformer::matmuls(std::span<const Mm> jobs, const float* x, std::int64_t
     const std::int64_t rows = j.w->rows;
     const DType dt = j.w->dtype;
     const bool f = (dt == DType::f32 || dt == DType::f16 || dt == DType::bf16) && gemm_f32_available();
-    const bool q = dt == DType::q8_0 && gemm_q8_available();
+    const bool q = is_int8_rows(dt) && gemm_q8_available();
+    const bool few = matmul_few_available(dt, n);
     pool.run(T, [&](std::size_t i) {
       std::int64_t lo = rows * static_cast<std::int64_t>(i) / static_cast<std::int64_t>(T) / 4 * 4;
       std::int64_t hi = i + 1 == T ? rows : rows * static_cast<std::int64_t>(i + 1) / static_cast<std::int64_t>(T) / 4 * 4;
       if (lo >= hi) return;
-      if (q) gemm_q8(j.out + lo, j.ld, *j.w, bxq_, lo, hi, gemm_[i]);
+      if (few) matmul_few(j.out + lo, j.ld, *j.w, x, n, lo, hi, scratch_[i]);
+      else if (q) gemm_q8(j.out + lo, j.ld, *j.w, bxq_, lo, hi, gemm_[i]);
       else if (f) gemm_f32(j.out + lo, j.ld, *j.w, x, n, lo, hi, gemm_[i]);
       else matmul(j.out + lo, j.ld, *j.w, x, n, lo, hi, scratch_[i]);
     });

@@ -47,12 +47,21 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
 void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo, std::int64_t hi,
             std::vector<float>& scratch);
 
+// A few tokens (short prompts, where packing the weights for a GEMM costs more than the
+// products): out (n, hi - lo) = X (n, cols) · W[lo:hi]ᵀ with each row of f32, f16 or bf16
+// weights read once for all n tokens, 4 rows × 4 tokens in registers (AVX2).
+// matmul_few_available says whether n tokens of type t take this path on this CPU.
+bool matmul_few_available(DType t, std::int64_t n);
+void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo,
+                std::int64_t hi, std::vector<float>& scratch);
+
 // The AVX-512 matrix-matrix kernels that matmul() passes prompt processing to (gemm.cpp).
 struct GemmScratch {
   std::vector<float> panel;        // (128, 32) packed f32 rows
   std::vector<float> row;          // one converted row slice
   std::vector<std::int32_t> corr;  // (4, cols/32) -128 · Σ w of each row block
   std::vector<float> dw;           // (4, cols/32) the row blocks' scales
+  std::vector<BlockQ8_0> unpacked; // (4, cols/32) q4_0 rows as q8_0 blocks
 };
 bool gemm_f32_available();  // AVX-512F
 bool gemm_q8_available();   // AVX-512 VNNI
@@ -64,8 +73,8 @@ void gemm_f32(float* out, std::size_t ld, const Weight& w, const float* x, std::
 // of X (n, cols) into it (threads may take disjoint ranges).
 void prepare_batch(QuantizedBatch& xq, std::int64_t n, std::int64_t cols);
 void quantize_batch(QuantizedBatch& xq, const float* x, std::int64_t cols, std::int64_t t_lo, std::int64_t t_hi);
-// out (n, hi - lo) = X · W[lo:hi]ᵀ for q8_0 weights, X given quantized: int8 products
-// (vpdpbusd), 4 rows × 32 tokens at a time.
+// out (n, hi - lo) = X · W[lo:hi]ᵀ for q8_0 and q4_0 weights, X given quantized: int8
+// products (vpdpbusd), 4 rows × 32 tokens at a time.
 void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& xq, std::int64_t lo, std::int64_t hi,
              GemmScratch& s);
 
