@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -205,13 +206,15 @@ TEST_CASE("the AVX-512 GEMMs agree with the reference products, at every edge of
 
 TEST_CASE("a few tokens at once: each row read once for all of them, the same bits at any split of the rows",
           "[model][ops]") {
-  if (!matmul_few_available(DType::f32, 1)) SUCCEED("no AVX2 on this CPU: prompts take matmul's kernels");
   Rng r(17);
   // Columns: 96, 109 (a tail of 8 and one of 5), 2048 (one tile for 2 tokens, two for 8),
   // 4123 (a long row in three tiles and a tail); rows 13 (blocks of 4 with 1 left) and 70
   // with row ranges that start inside the matrix; tokens 1..9 and 16 (groups of 4 and what is left).
+  // q8_0 and q4_0 rows (whole blocks of 32 only) give the decode step's sums exactly.
   for (auto [rows, cols] : {std::pair{13, 96}, std::pair{13, 109}, std::pair{70, 2048}, std::pair{7, 4123}}) {
-    for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0}) {
+      const bool int8 = t == DType::q8_0 || t == DType::q4_0;
+      if (int8 && cols % 32 != 0) continue;
       std::vector<float> W(static_cast<std::size_t>(rows * cols));
       for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
       const std::size_t rb = dtype_bytes(t, cols);
@@ -227,14 +230,22 @@ TEST_CASE("a few tokens at once: each row read once for all of them, the same bi
         std::vector<float> X(static_cast<std::size_t>(n * cols));
         for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
         const auto ld = static_cast<std::size_t>(rows);
+        std::vector<QuantizedVec> xq(static_cast<std::size_t>(n));
+        for (int tok = 0; tok < n; ++tok) quantize_activation(xq[static_cast<std::size_t>(tok)], X.data() + tok * cols, static_cast<std::size_t>(cols));
         std::vector<float> whole(static_cast<std::size_t>(n) * ld, -999.0f), split(whole.size(), -999.0f), scratch;
-        matmul_few(whole.data(), ld, w, X.data(), n, 0, rows, scratch);
+        matmul_few(whole.data(), ld, w, X.data(), xq.data(), n, 0, rows, scratch);
         for (int cut : {1, 5, rows / 2}) {
-          matmul_few(split.data(), ld, w, X.data(), n, 0, cut, scratch);
-          matmul_few(split.data() + cut, ld, w, X.data(), n, cut, rows, scratch);
+          matmul_few(split.data(), ld, w, X.data(), xq.data(), n, 0, cut, scratch);
+          matmul_few(split.data() + cut, ld, w, X.data(), xq.data(), n, cut, rows, scratch);
           REQUIRE(split == whole);
         }
-        for (int tok = 0; tok < n; ++tok)
+        for (int tok = 0; tok < n; ++tok) {
+          if (int8) {  // the decode step's product, bit for bit
+            std::vector<float> one(ld);
+            matvec(one.data(), w, X.data() + tok * cols, &xq[static_cast<std::size_t>(tok)], 0, rows);
+            REQUIRE(std::equal(one.begin(), one.end(), whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tok) * ld)));
+            continue;
+          }
           for (int i = 0; i < rows; ++i) {
             double want = 0;
             for (int k = 0; k < cols; ++k)
@@ -242,6 +253,7 @@ TEST_CASE("a few tokens at once: each row read once for all of them, the same bi
             REQUIRE(static_cast<double>(whole[static_cast<std::size_t>(tok) * ld + static_cast<std::size_t>(i)]) ==
                     Approx(want).margin(1e-4 * std::sqrt(static_cast<double>(cols))));
           }
+        }
       }
     }
   }

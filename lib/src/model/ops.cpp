@@ -593,20 +593,31 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
 }
 
 bool matmul_few_available(DType t, std::int64_t n) {
-  // Measured on Zen 4 (docs/benchmarks.md): against the AVX-512 GEMM, which packs every
-  // row first, this path is faster up to about 40 tokens there, where 512-bit products run
-  // as two halves; where they run whole the GEMM's products are twice as fast, so 16.
-  const std::int64_t most = cpu::avx512_halves() ? 32 : 16;
-  return n <= most && cpu::avx2() && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
+  // Measured on Zen 4 (docs/benchmarks.md). Float rows: against the AVX-512 GEMM, which
+  // packs every row first, up to 16 tokens. q8_0 and q4_0 rows: the decode step's products
+  // beat the int8 GEMM's group of 16 tokens up to 4.
+  if (t == DType::q8_0 || t == DType::q4_0) return n <= 4;
+  return n <= 16 && cpu::avx2() && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
 }
 
-void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo,
-                std::int64_t hi, std::vector<float>& scratch) {
+void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t n,
+                std::int64_t lo, std::int64_t hi, std::vector<float>& scratch) {
   switch (w.dtype) {
     case DType::f32: return matmul_few_rows<float>(out, ld, w, x, n, lo, hi, scratch);
     case DType::f16: return matmul_few_rows<std::uint16_t>(out, ld, w, x, n, lo, hi, scratch);
     case DType::bf16: return matmul_few_rows<Bf16>(out, ld, w, x, n, lo, hi, scratch);
-    default: return;  // refused by matmul_few_available
+    default: {
+      // Rows in blocks of about 128 KB, which stay in L2 while every token's decode-step
+      // product passes over them: the same sums as the steps, the weights read once.
+      const auto block = std::max<std::int64_t>(4, static_cast<std::int64_t>((std::size_t{128} << 10) / w.row_bytes));
+      for (std::int64_t r0 = lo; r0 < hi; r0 += block) {
+        const std::int64_t r1 = std::min(hi, r0 + block);
+        for (std::int64_t t = 0; t < n; ++t) {
+          const auto tu = static_cast<std::size_t>(t);
+          matvec(out + tu * ld + static_cast<std::size_t>(r0 - lo), w, x + tu * static_cast<std::size_t>(w.cols), xq + tu, r0, r1);
+        }
+      }
+    }
   }
 }
 

@@ -13,8 +13,16 @@ using tensor_io::TensorInfo;
 
 namespace {
 
-// Weights whose products run on int8 activations (q8_0 blocks; q4_0 unpacked to them).
-bool is_int8_rows(DType t) { return t == DType::q8_0 || t == DType::q4_0; }
+// How prompt processing multiplies n tokens by weights of type t: a few tokens read each
+// row once for all (matmul_few); more go to the AVX-512 GEMMs, f32 ones or int8 ones (q8_0,
+// and q4_0 unpacked to q8_0 blocks); without AVX-512, rows converted to f32 (matmul).
+enum class Product { few, gemm_f32, gemm_q8, generic };
+Product product_for(DType t, std::int64_t n) {
+  if (matmul_few_available(t, n)) return Product::few;
+  if ((t == DType::f32 || t == DType::f16 || t == DType::bf16) && gemm_f32_available()) return Product::gemm_f32;
+  if ((t == DType::q8_0 || t == DType::q4_0) && gemm_q8_available()) return Product::gemm_q8;
+  return Product::generic;
+}
 
 std::optional<std::int64_t> meta_int(const TensorFile& f, const std::string& key) {
   const MetaValue* v = f.meta(key);
@@ -446,8 +454,17 @@ void Transformer::matmuls(std::span<const Mm> jobs, const float* x, std::int64_t
   gemm_.resize(T);
   // q8_0 and q4_0 weights multiply int8 activations: X quantized once for all the jobs
   // (they share it), the tokens split between the threads.
-  bool int8 = false;
-  for (const auto& j : jobs) int8 = int8 || (is_int8_rows(j.w->dtype) && gemm_q8_available());
+  bool int8 = false, few_int8 = false;
+  for (const auto& j : jobs) {
+    const Product p = product_for(j.w->dtype, n);
+    few_int8 = few_int8 || (p == Product::few && (j.w->dtype == DType::q8_0 || j.w->dtype == DType::q4_0));
+    int8 = int8 || p == Product::gemm_q8;
+  }
+  if (few_int8) {  // a few tokens: each quantized as the decode step quantizes it
+    const auto cols = static_cast<std::size_t>(jobs[0].w->cols);
+    bxv_.resize(static_cast<std::size_t>(n));
+    for (std::size_t t = 0; t < bxv_.size(); ++t) quantize_activation(bxv_[t], x + t * cols, cols);
+  }
   if (int8) {
     const std::int64_t cols = jobs[0].w->cols;
     prepare_batch(bxq_, n, cols);
@@ -459,18 +476,17 @@ void Transformer::matmuls(std::span<const Mm> jobs, const float* x, std::int64_t
   for (const auto& j : jobs) {
     // Row ranges in multiples of 4 (the kernels' blocks), one per thread.
     const std::int64_t rows = j.w->rows;
-    const DType dt = j.w->dtype;
-    const bool f = (dt == DType::f32 || dt == DType::f16 || dt == DType::bf16) && gemm_f32_available();
-    const bool q = is_int8_rows(dt) && gemm_q8_available();
-    const bool few = matmul_few_available(dt, n);
+    const Product p = product_for(j.w->dtype, n);
     pool.run(T, [&](std::size_t i) {
       std::int64_t lo = rows * static_cast<std::int64_t>(i) / static_cast<std::int64_t>(T) / 4 * 4;
       std::int64_t hi = i + 1 == T ? rows : rows * static_cast<std::int64_t>(i + 1) / static_cast<std::int64_t>(T) / 4 * 4;
       if (lo >= hi) return;
-      if (few) matmul_few(j.out + lo, j.ld, *j.w, x, n, lo, hi, scratch_[i]);
-      else if (q) gemm_q8(j.out + lo, j.ld, *j.w, bxq_, lo, hi, gemm_[i]);
-      else if (f) gemm_f32(j.out + lo, j.ld, *j.w, x, n, lo, hi, gemm_[i]);
-      else matmul(j.out + lo, j.ld, *j.w, x, n, lo, hi, scratch_[i]);
+      switch (p) {
+        case Product::few: return matmul_few(j.out + lo, j.ld, *j.w, x, bxv_.data(), n, lo, hi, scratch_[i]);
+        case Product::gemm_q8: return gemm_q8(j.out + lo, j.ld, *j.w, bxq_, lo, hi, gemm_[i]);
+        case Product::gemm_f32: return gemm_f32(j.out + lo, j.ld, *j.w, x, n, lo, hi, gemm_[i]);
+        case Product::generic: return matmul(j.out + lo, j.ld, *j.w, x, n, lo, hi, scratch_[i]);
+      }
     });
   }
 }

@@ -48,12 +48,14 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
             std::vector<float>& scratch);
 
 // A few tokens (short prompts, where packing the weights for a GEMM costs more than the
-// products): out (n, hi - lo) = X (n, cols) · W[lo:hi]ᵀ with each row of f32, f16 or bf16
-// weights read once for all n tokens, 4 rows × 4 tokens in registers (AVX2).
-// matmul_few_available says whether n tokens of type t take this path on this CPU.
+// products): out (n, hi - lo) = X (n, cols) · W[lo:hi]ᵀ with the weights read from memory
+// once for all n tokens. f32, f16 and bf16 rows: 4 rows × 4 tokens in registers (AVX2).
+// q8_0 and q4_0 rows: the decode step's products (matvec) token after token over blocks
+// of rows that stay in L2, `xq` holding the n tokens quantized; the same sums as the
+// steps. matmul_few_available says whether n tokens of type t take this path.
 bool matmul_few_available(DType t, std::int64_t n);
-void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo,
-                std::int64_t hi, std::vector<float>& scratch);
+void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t n,
+                std::int64_t lo, std::int64_t hi, std::vector<float>& scratch);
 
 // The AVX-512 matrix-matrix kernels that matmul() passes prompt processing to (gemm.cpp).
 struct GemmScratch {

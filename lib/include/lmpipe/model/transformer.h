@@ -114,6 +114,7 @@ class Transformer {
   std::vector<float> kpack_, vpack_;   // attention_tiles: one kv head's keys and values in f32, packed
   std::vector<GemmScratch> gemm_;      // per thread
   QuantizedBatch bxq_;                 // (n, cols) activations for the int8 products
+  std::vector<QuantizedVec> bxv_;      // (n) a few tokens' activations for the decode step's products
   std::vector<float>* probe_ = nullptr;
 };
 
