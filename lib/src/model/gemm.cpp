@@ -7,11 +7,11 @@
 // the outer-product form of BLIS's kernels: no horizontal sums, two loads per 16 FMAs.
 //
 // q8_0 and q4_0 weights (a q4_0 row is unpacked into q8_0 blocks of the same values
-// first, 4 rows at a time). The activations are quantized as q8_0 quantizes (a scale per token and
-// 32 columns) but stored as unsigned bytes, x_q + 128, in VNNI order: per group of 16
-// tokens, 4 columns of all 16 tokens side by side (64 bytes). vpdpbusd then multiplies
-// 4 columns of 16 tokens by 4 weight bytes broadcast from the row: 64 products in one
-// instruction, summed per token into its own lane. After a block's 32 columns each
+// first, 4 rows at a time). The activations are quantized as q8_0 quantizes (a scale per
+// token and 32 columns) but stored as unsigned bytes, x_q + 128, in VNNI order: per group
+// of 16 tokens, 4 columns of all 16 tokens side by side (64 bytes). vpdpbusd then
+// multiplies 4 columns of 16 tokens by 4 weight bytes broadcast from the row: 64 products
+// in one instruction, summed per token into its own lane. After a block's 32 columns each
 // lane holds Σ (x_q + 128)·w = Σ x_q·w + 128·Σ w; the accumulator starts at -128·Σ w
 // (computed once per row and block), is converted to float, and scaled by the two
 // blocks' scales. 4 rows × 32 tokens at a time: 8 integer and 8 float accumulators.
