@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "lmpipe/core/rng.h"
@@ -224,37 +225,41 @@ TEST_CASE("a few tokens at once: each row read once for all of them, the same bi
       std::vector<float> deq(static_cast<std::size_t>(rows * cols));
       for (int i = 0; i < rows; ++i)
         to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, deq.data() + static_cast<std::size_t>(i * cols), static_cast<std::size_t>(cols));
-      for (int n : {1, 2, 3, 4, 5, 8, 9, 16}) {
-        if (!matmul_few_available(t, n)) continue;
-        INFO(dtype_name(t) << ", " << rows << " rows of " << cols << ", " << n << " tokens");
-        std::vector<float> X(static_cast<std::size_t>(n * cols));
-        for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
-        const auto ld = static_cast<std::size_t>(rows);
-        std::vector<QuantizedVec> xq(static_cast<std::size_t>(n));
-        for (int tok = 0; tok < n; ++tok) quantize_activation(xq[static_cast<std::size_t>(tok)], X.data() + tok * cols, static_cast<std::size_t>(cols));
-        std::vector<float> whole(static_cast<std::size_t>(n) * ld, -999.0f), split(whole.size(), -999.0f), scratch;
-        matmul_few(whole.data(), ld, w, X.data(), xq.data(), n, 0, rows, scratch);
-        for (int cut : {1, 5, rows / 2}) {
-          matmul_few(split.data(), ld, w, X.data(), xq.data(), n, 0, cut, scratch);
-          matmul_few(split.data() + cut, ld, w, X.data(), xq.data(), n, cut, rows, scratch);
-          REQUIRE(split == whole);
-        }
-        for (int tok = 0; tok < n; ++tok) {
-          if (int8) {  // the decode step's product, bit for bit
-            std::vector<float> one(ld);
-            matvec(one.data(), w, X.data() + tok * cols, &xq[static_cast<std::size_t>(tok)], 0, rows);
-            REQUIRE(std::equal(one.begin(), one.end(), whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tok) * ld)));
-            continue;
+      for (int n : {1, 2, 3, 4, 5, 6, 8, 9, 16})
+        for (Int8Dots k8 : {Int8Dots::automatic, Int8Dots::avx2}) {
+          if (!matmul_few_available(t, n) || (!int8 && k8 != Int8Dots::automatic)) continue;
+          set_int8_dots(k8);
+          INFO(dtype_name(t) << ", " << rows << " rows of " << cols << ", " << n << " tokens"
+                             << (k8 == Int8Dots::avx2 ? ", AVX2's int8 products" : ""));
+          std::vector<float> X(static_cast<std::size_t>(n * cols));
+          for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
+          const auto ld = static_cast<std::size_t>(rows);
+          std::vector<QuantizedVec> xq(static_cast<std::size_t>(n));
+          for (int tok = 0; tok < n; ++tok) quantize_activation(xq[static_cast<std::size_t>(tok)], X.data() + tok * cols, static_cast<std::size_t>(cols));
+          std::vector<float> whole(static_cast<std::size_t>(n) * ld, -999.0f), split(whole.size(), -999.0f), scratch;
+          matmul_few(whole.data(), ld, w, X.data(), xq.data(), n, 0, rows, scratch);
+          for (int cut : {1, 5, rows / 2}) {
+            matmul_few(split.data(), ld, w, X.data(), xq.data(), n, 0, cut, scratch);
+            matmul_few(split.data() + cut, ld, w, X.data(), xq.data(), n, cut, rows, scratch);
+            REQUIRE(split == whole);
           }
-          for (int i = 0; i < rows; ++i) {
-            double want = 0;
-            for (int k = 0; k < cols; ++k)
-              want += static_cast<double>(deq[static_cast<std::size_t>(i * cols + k)]) * static_cast<double>(X[static_cast<std::size_t>(tok * cols + k)]);
-            REQUIRE(static_cast<double>(whole[static_cast<std::size_t>(tok) * ld + static_cast<std::size_t>(i)]) ==
-                    Approx(want).margin(1e-4 * std::sqrt(static_cast<double>(cols))));
+          for (int tok = 0; tok < n; ++tok) {
+            if (int8) {  // the decode step's product, bit for bit
+              std::vector<float> one(ld);
+              matvec(one.data(), w, X.data() + tok * cols, &xq[static_cast<std::size_t>(tok)], 0, rows);
+              REQUIRE(std::equal(one.begin(), one.end(), whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tok) * ld)));
+              continue;
+            }
+            for (int i = 0; i < rows; ++i) {
+              double want = 0;
+              for (int k = 0; k < cols; ++k)
+                want += static_cast<double>(deq[static_cast<std::size_t>(i * cols + k)]) * static_cast<double>(X[static_cast<std::size_t>(tok * cols + k)]);
+              REQUIRE(static_cast<double>(whole[static_cast<std::size_t>(tok) * ld + static_cast<std::size_t>(i)]) ==
+                      Approx(want).margin(1e-4 * std::sqrt(static_cast<double>(cols))));
+            }
           }
         }
-      }
+      set_int8_dots(Int8Dots::automatic);
     }
   }
 }
@@ -548,35 +553,54 @@ TEST_CASE("a random Qwen2 model (q/k/v biases, halves RoPE): steps equal the bat
 // scales: at row lengths that end the kernels' loops at every place (pairs of blocks and
 // a last odd one; long rows), with activations of both signs at the int8 extremes (the
 // multiply-adds take one operand unsigned: the sign handling must be exact).
-TEST_CASE("q8_0 matvec equals its integer sums at every row length", "[model][ops]") {
+TEST_CASE("q8_0 and q4_0 matvec equal their integer sums at every row length, with VNNI and with AVX2", "[model][ops]") {
   Rng r(29);
-  for (const int nb : {1, 2, 7, 8, 9, 17, 255, 256, 257, 300, 520}) {
-    const int cols = 32 * nb, rows = 3;
-    std::vector<float> W(static_cast<std::size_t>(rows * cols)), x(static_cast<std::size_t>(cols));
-    for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
-    for (auto& v : x) v = static_cast<float>(r.uniform() * 2 - 1);
-    for (int k = 0; k < cols; k += 7) x[static_cast<std::size_t>(k)] = k % 2 ? -1.0f : 1.0f;  // (±127)
-    const std::size_t rb = dtype_bytes(DType::q8_0, cols);
-    std::vector<std::byte> q(rb * rows);
-    for (int i = 0; i < rows; ++i) from_f32(DType::q8_0, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);
-    Weight w{DType::q8_0, q.data(), rows, cols, rb};
-    QuantizedVec xq;
-    quantize_activation(xq, x.data(), static_cast<std::size_t>(cols));
-    std::vector<float> got(rows);
-    matvec(got.data(), w, x.data(), &xq, 0, rows);
-    for (int i = 0; i < rows; ++i) {
-      const auto* blocks = reinterpret_cast<const BlockQ8_0*>(q.data() + static_cast<std::size_t>(i) * rb);
-      double want = 0;
-      for (int b = 0; b < nb; ++b) {
-        long sum = 0;
-        for (int k = 0; k < 32; ++k) sum += long{blocks[b].qs[k]} * long{xq.q[static_cast<std::size_t>(b * 32 + k)]};
-        want += static_cast<double>(f16_to_f32(blocks[b].d)) * static_cast<double>(xq.d[static_cast<std::size_t>(b)]) *
-                static_cast<double>(sum);
+  for (DType t : {DType::q8_0, DType::q4_0})
+    for (const int nb : {1, 2, 3, 5, 7, 8, 9, 17, 255, 256, 257, 300, 520}) {
+      const int cols = 32 * nb, rows = 3;
+      std::vector<float> W(static_cast<std::size_t>(rows * cols)), x(static_cast<std::size_t>(cols));
+      for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
+      for (auto& v : x) v = static_cast<float>(r.uniform() * 2 - 1);
+      for (int k = 0; k < cols; k += 7) x[static_cast<std::size_t>(k)] = k % 2 ? -1.0f : 1.0f;  // (±127)
+      const std::size_t rb = dtype_bytes(t, cols);
+      std::vector<std::byte> q(rb * rows);
+      for (int i = 0; i < rows; ++i) from_f32(t, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);
+      Weight w{t, q.data(), rows, cols, rb};
+      QuantizedVec xq;
+      quantize_activation(xq, x.data(), static_cast<std::size_t>(cols));
+      // The blocks' products in double, and the sum of their sizes: the float sums' rounding
+      // is relative to that, not to a total that may cancel.
+      std::vector<double> want(rows), size(rows);
+      for (int i = 0; i < rows; ++i)
+        for (int b = 0; b < nb; ++b) {
+          const std::byte* block = q.data() + static_cast<std::size_t>(i) * rb + static_cast<std::size_t>(b) * dtype_bytes(t, 32);
+          std::uint16_t d = 0;
+          std::memcpy(&d, block, 2);
+          long sum = 0;
+          for (int k = 0; k < 32; ++k) {
+            // q8_0: 32 signed bytes; q4_0: element k < 16 in the low nibble of byte k, the
+            // others in the high nibble of byte k − 16, each minus 8.
+            const auto byte = std::to_integer<int>(block[2 + (t == DType::q8_0 ? k : k % 16)]);
+            const long wk = t == DType::q8_0 ? static_cast<std::int8_t>(byte) : (k < 16 ? byte & 15 : byte >> 4) - 8;
+            sum += wk * long{xq.q[static_cast<std::size_t>(b * 32 + k)]};
+          }
+          const double term =
+              static_cast<double>(f16_to_f32(d)) * static_cast<double>(xq.d[static_cast<std::size_t>(b)]) * static_cast<double>(sum);
+          want[static_cast<std::size_t>(i)] += term;
+          size[static_cast<std::size_t>(i)] += std::fabs(term);
+        }
+      for (auto [name, k] : {std::pair{"automatic", Int8Dots::automatic}, std::pair{"AVX2", Int8Dots::avx2}}) {
+        set_int8_dots(k);
+        std::vector<float> got(rows);
+        matvec(got.data(), w, x.data(), &xq, 0, rows);
+        for (int i = 0; i < rows; ++i) {
+          INFO(dtype_name(t) << ", " << nb << " blocks, row " << i << ", " << name);
+          CHECK(static_cast<double>(got[static_cast<std::size_t>(i)]) ==
+                Approx(want[static_cast<std::size_t>(i)]).margin(1e-6 * size[static_cast<std::size_t>(i)] + 1e-6));
+        }
       }
-      INFO(nb << " blocks, row " << i);
-      CHECK(static_cast<double>(got[static_cast<std::size_t>(i)]) == Approx(want).epsilon(1e-5).margin(1e-5));
+      set_int8_dots(Int8Dots::automatic);
     }
-  }
 }
 
 TEST_CASE("quantize_activation: q = lround(x / d), d = max |x| / 127 per block of 32, halves away from zero", "[model][ops]") {

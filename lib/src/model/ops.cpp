@@ -19,6 +19,8 @@ namespace {
 constexpr std::size_t kAutomatic = ~std::size_t{0};
 std::atomic<std::size_t> g_prefetch{kDefaultPrefetch}, g_prefetch_float{kAutomatic};
 std::atomic<FloatRows> g_float_rows{FloatRows::automatic};  // set_float_rows
+std::atomic<Int8Dots> g_int8_dots{Int8Dots::automatic};     // set_int8_dots
+bool use_vnni() { return cpu::avx512_vnni() && g_int8_dots.load(std::memory_order_relaxed) == Int8Dots::automatic; }
 
 // ---- scalar reference kernels ----------------------------------------------------------
 
@@ -343,7 +345,7 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
 }
 
-// The q8_0 and q4_0 loops, expanded twice: with AVX2's multiply-adds and with VNNI's.
+// The q8_0 loop, expanded twice: with AVX2's multiply-adds and with VNNI's.
 #define LMP_DOT_Q8(DOT32)                                                                   \
   /* two blocks per step into two accumulators: the chain of multiply-adds is not the limit */ \
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                            \
@@ -364,22 +366,53 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
   }                                                                                         \
   return hsum(_mm256_add_ps(acc0, acc1));
 
-#define LMP_DOT_Q4(DOT32)                                                                   \
-  __m256 acc = _mm256_setzero_ps();                                                         \
-  const __m128i low = _mm_set1_epi8(0x0F);                                                  \
-  const __m256i eight = _mm256_set1_epi8(8);                                                \
-  for (std::int64_t b = 0; b < nb; ++b) {                                                   \
-    if ((b & 3) == 0) prefetch_ahead(w + b, pd, 2); /* 72 bytes each 4 blocks */           \
-    __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));                \
-    /* elements 0..15 from the low nibbles, 16..31 from the high ones, each minus 8 */      \
-    __m256i wv = _mm256_sub_epi8(                                                           \
-        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low)), \
-        eight);                                                                             \
-    __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));        \
-    __m256 scale = _mm256_set1_ps(_cvtsh_ss(w[b].d) * xd[b]);                               \
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT32(wv, xv)), scale, acc);                   \
+// A q4_0 row against T tokens (T = 1: the decode step). The nibbles (0..15) are the
+// unsigned operand of the int8 multiply-add as they are; their −8 comes back through each
+// token's block bias (QuantizedVec::bias4: −8 · Σ x over each group of 4), which the
+// integer sums start from. A block is unpacked once (a load, a shift, a mask) and its
+// scale converted once for all T tokens; each token then costs one multiply-add, a
+// conversion and two float products. Each token sums 4 blocks into p, then p into its
+// total: the groups' chains of multiply-adds overlap, and the arithmetic of a token does
+// not depend on T, so a prompt's few tokens get the decode step's sums bit for bit.
+#define LMP_Q4_BLOCK(MADD, k, FIRST)                                                        \
+  do {                                                                                      \
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[k].qs))); \
+    const __m256i nib = _mm256_and_si256(_mm256_srlv_epi64(q, shift), low);                 \
+    const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(w[k].d)));          \
+    for (int t = 0; t < T; ++t) {                                                           \
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t]->q.data() + (k) * 32)); \
+      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t]->bias4.data() + (k) * 8)); \
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(x[t]->d[static_cast<std::size_t>(k)])); \
+      const __m256 prod = _mm256_cvtepi32_ps(MADD(bias, nib, xv));                           \
+      p[t] = FIRST ? _mm256_mul_ps(prod, scale) : _mm256_fmadd_ps(prod, scale, p[t]);       \
+    }                                                                                       \
+  } while (0)
+#define LMP_DOT_Q4(MADD)                                                                    \
+  const __m256i low = _mm256_set1_epi8(0x0F);                                               \
+  const __m256i shift = _mm256_setr_epi64x(0, 0, 4, 4); /* low nibbles, then high ones */  \
+  __m256 acc[T], p[T];                                                                      \
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();                                 \
+  std::int64_t b = 0;                                                                       \
+  for (; b + 4 <= nb; b += 4) {                                                             \
+    prefetch_ahead(w + b, pd, 2); /* 72 bytes a step */                                    \
+    LMP_Q4_BLOCK(MADD, b, true);                                                            \
+    LMP_Q4_BLOCK(MADD, b + 1, false);                                                       \
+    LMP_Q4_BLOCK(MADD, b + 2, false);                                                       \
+    LMP_Q4_BLOCK(MADD, b + 3, false);                                                       \
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_add_ps(acc[t], p[t]);                       \
   }                                                                                         \
-  return hsum(acc);
+  for (; b < nb; ++b) {                                                                     \
+    LMP_Q4_BLOCK(MADD, b, true);                                                            \
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_add_ps(acc[t], p[t]);                       \
+  }                                                                                         \
+  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+
+__attribute__((target("avx2"))) inline __m256i madd_q4_avx2(__m256i bias, __m256i nib, __m256i x) {
+  return _mm256_add_epi32(bias, _mm256_madd_epi16(_mm256_maddubs_epi16(nib, x), _mm256_set1_epi16(1)));
+}
+__attribute__((target("avx2,avx512vnni,avx512vl"))) inline __m256i madd_q4_vnni(__m256i bias, __m256i nib, __m256i x) {
+  return _mm256_dpbusd_epi32(bias, nib, x);
+}
 
 __attribute__((target("avx2,fma,f16c"))) float dot_q8_avx2(const BlockQ8_0* w, const std::int8_t* xq, const float* xd,
                                                          std::int64_t nb, std::ptrdiff_t pd) {
@@ -390,17 +423,20 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_
                                                                                        const float* xd, std::int64_t nb, std::ptrdiff_t pd) {
   LMP_DOT_Q8(dot32_vnni)
 }
-__attribute__((target("avx2,fma,f16c"))) float dot_q4_avx2(const BlockQ4_0* w, const std::int8_t* xq, const float* xd,
-                                                         std::int64_t nb, std::ptrdiff_t pd) {
-  LMP_DOT_Q4(dot32_avx2)
+// out[t] = row · x[t] for T tokens.
+template <int T>
+__attribute__((target("avx2,fma,f16c"))) void dots_q4_avx2(float* out, const BlockQ4_0* w, const QuantizedVec* const* x,
+                                                          std::int64_t nb, std::ptrdiff_t pd) {
+  LMP_DOT_Q4(madd_q4_avx2)
 }
-__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_q4_vnni(const BlockQ4_0* w,
-                                                                                       const std::int8_t* xq,
-                                                                                       const float* xd, std::int64_t nb, std::ptrdiff_t pd) {
-  LMP_DOT_Q4(dot32_vnni)
+template <int T>
+__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) void dots_q4_vnni(
+    float* out, const BlockQ4_0* w, const QuantizedVec* const* x, std::int64_t nb, std::ptrdiff_t pd) {
+  LMP_DOT_Q4(madd_q4_vnni)
 }
 #undef LMP_DOT_Q8
 #undef LMP_DOT_Q4
+#undef LMP_Q4_BLOCK
 
 }  // namespace
 
@@ -418,6 +454,7 @@ std::size_t prefetch_distance(bool float_rows) {
   return d != kAutomatic ? d : cpu::avx512_halves() ? 0 : kDefaultPrefetch;
 }
 void set_float_rows(FloatRows k) { g_float_rows.store(k, std::memory_order_relaxed); }
+void set_int8_dots(Int8Dots k) { g_int8_dots.store(k, std::memory_order_relaxed); }
 
 const char* kernel_name() {
   if (cpu::avx512_vnni()) return cpu::avx512_halves() ? "avx512-vnni (f32, f16: avx2)" : "avx512-vnni";
@@ -463,22 +500,28 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
   const std::size_t nb = n / 32;
   out.q.resize(nb * 32);
   out.d.resize(nb);
-  if (cpu::avx2()) return quantize_blocks_avx2(out.q.data(), out.d.data(), x, nb);
-  for (std::size_t b = 0; b < nb; ++b) {
-    float amax = 0;
-    for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    out.d[b] = d;
-    for (std::size_t j = 0; j < 32; ++j) out.q[b * 32 + j] = static_cast<std::int8_t>(std::lround(x[b * 32 + j] * id));
+  out.bias4.resize(nb * 8);
+  if (cpu::avx2()) {
+    quantize_blocks_avx2(out.q.data(), out.d.data(), x, nb);
+  } else {
+    for (std::size_t b = 0; b < nb; ++b) {
+      float amax = 0;
+      for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      out.d[b] = d;
+      for (std::size_t j = 0; j < 32; ++j) out.q[b * 32 + j] = static_cast<std::int8_t>(std::lround(x[b * 32 + j] * id));
+    }
   }
+  for (std::size_t g = 0; g < nb * 8; ++g)
+    out.bias4[g] = -8 * (out.q[4 * g] + out.q[4 * g + 1] + out.q[4 * g + 2] + out.q[4 * g + 3]);
 }
 
 void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi) {
   const std::int64_t n = w.cols;
   // f32 and f16 rows: AVX-512 unless the CPU splits it in halves (set_float_rows).
   const FloatRows fr = g_float_rows.load(std::memory_order_relaxed);
-  const bool avx2 = cpu::avx2(), vnni = cpu::avx512_vnni(),
+  const bool avx2 = cpu::avx2(), vnni = use_vnni(),
              avx512 = cpu::avx512() && (fr == FloatRows::avx512 || (fr == FloatRows::automatic && !cpu::avx512_halves()));
   // A thread's rows are one contiguous stream; the dot products prefetch a fixed distance
   // ahead in it (past the row's end, into the next rows), see set_prefetch_distance.
@@ -522,9 +565,9 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
       }
       case DType::q4_0: {
         const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
-        s = vnni ? dot_q4_vnni(b, xq->q.data(), xq->d.data(), n / 32, pd)
-            : avx2 ? dot_q4_avx2(b, xq->q.data(), xq->d.data(), n / 32, pd)
-                   : dot_q4_scalar(b, xq->q.data(), xq->d.data(), n / 32);
+        if (vnni) dots_q4_vnni<1>(&s, b, &xq, n / 32, pd);
+        else if (avx2) dots_q4_avx2<1>(&s, b, &xq, n / 32, pd);
+        else s = dot_q4_scalar(b, xq->q.data(), xq->d.data(), n / 32);
         break;
       }
       default:
@@ -596,9 +639,35 @@ bool matmul_few_available(DType t, std::int64_t n) {
   // Measured on Zen 4 (docs/benchmarks.md). Float rows: against the AVX-512 GEMM, which
   // packs every row first, up to 16 tokens. q8_0 and q4_0 rows: the decode step's products
   // beat the int8 GEMM's group of 16 tokens up to 4.
-  if (t == DType::q8_0 || t == DType::q4_0) return n <= 4;
+  if (t == DType::q4_0) return n <= 6 && cpu::avx2();
+  if (t == DType::q8_0) return n <= 4;
   return n <= 16 && cpu::avx2() && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
 }
+
+namespace {
+// q4_0 rows against a few tokens: each row read once, unpacked once per block for up to
+// 4 tokens at a time (the decode step's arithmetic per token, see LMP_DOT_Q4).
+void matmul_few_q4(float* out, std::size_t ld, const Weight& w, const QuantizedVec* xq, std::int64_t n, std::int64_t lo,
+                   std::int64_t hi) {
+  using Kernel = void (*)(float*, const BlockQ4_0*, const QuantizedVec* const*, std::int64_t, std::ptrdiff_t);
+  const bool vnni = use_vnni();
+  const Kernel kernels[4] = {vnni ? dots_q4_vnni<1> : dots_q4_avx2<1>, vnni ? dots_q4_vnni<2> : dots_q4_avx2<2>,
+                             vnni ? dots_q4_vnni<3> : dots_q4_avx2<3>, vnni ? dots_q4_vnni<4> : dots_q4_avx2<4>};
+  const auto pd = static_cast<std::ptrdiff_t>(prefetch_distance(false));
+  const std::int64_t nb = w.cols / 32;
+  const QuantizedVec* x[4];
+  float s[4];
+  for (std::int64_t r = lo; r < hi; ++r) {
+    const auto* row = reinterpret_cast<const BlockQ4_0*>(w.data + static_cast<std::size_t>(r) * w.row_bytes);
+    for (std::int64_t t0 = 0; t0 < n; t0 += 4) {
+      const auto nt = static_cast<int>(std::min<std::int64_t>(4, n - t0));
+      for (int j = 0; j < nt; ++j) x[j] = xq + t0 + j;
+      kernels[nt - 1](s, row, x, nb, pd);
+      for (int j = 0; j < nt; ++j) out[static_cast<std::size_t>(t0 + j) * ld + static_cast<std::size_t>(r - lo)] = s[j];
+    }
+  }
+}
+}  // namespace
 
 void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t n,
                 std::int64_t lo, std::int64_t hi, std::vector<float>& scratch) {
@@ -606,6 +675,9 @@ void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, con
     case DType::f32: return matmul_few_rows<float>(out, ld, w, x, n, lo, hi, scratch);
     case DType::f16: return matmul_few_rows<std::uint16_t>(out, ld, w, x, n, lo, hi, scratch);
     case DType::bf16: return matmul_few_rows<Bf16>(out, ld, w, x, n, lo, hi, scratch);
+    case DType::q4_0:
+      if (cpu::avx2()) return matmul_few_q4(out, ld, w, xq, n, lo, hi);
+      [[fallthrough]];
     default: {
       // Rows in blocks of about 128 KB, which stay in L2 while every token's decode-step
       // product passes over them: the same sums as the steps, the weights read once.

@@ -23,8 +23,9 @@ struct Weight {
 // An activation vector quantized to q8_0-style blocks (32 int8 and a float scale), the
 // other operand of the int8 dot products of q8_0 and q4_0 weights.
 struct QuantizedVec {
-  std::vector<std::int8_t> q;  // (n)
-  std::vector<float> d;        // (n / 32)
+  std::vector<std::int8_t> q;        // (n)
+  std::vector<float> d;              // (n / 32)
+  std::vector<std::int32_t> bias4;   // (n / 4) −8 · Σ q over each 4: q4_0's offset of 8
 };
 void quantize_activation(QuantizedVec& out, const float* x, std::size_t n);
 
@@ -144,6 +145,12 @@ std::size_t prefetch_distance(bool float_rows);
 // is avx2.
 enum class FloatRows { automatic, avx2, avx512 };
 void set_float_rows(FloatRows k);
+
+// The q8_0 and q4_0 rows' decode-step and few-token products: VNNI's multiply-adds where
+// the CPU has them (automatic), or AVX2's (two instructions for one) on any AVX2 CPU.
+// Process-wide, for the unit tests, which take both paths on a VNNI CPU.
+enum class Int8Dots { automatic, avx2 };
+void set_int8_dots(Int8Dots k);
 
 // Which kernels this CPU runs: "avx512-vnni", "avx512-vnni (f32, f16: avx2)", "avx2",
 // or "scalar".
