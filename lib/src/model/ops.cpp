@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "lmpipe/core/cpu.h"
 
@@ -340,12 +341,14 @@ __attribute__((target("avx2"))) inline __m256i dot32_avx2(__m256i w, __m256i x) 
   __m256i aw = _mm256_sign_epi8(w, w), sx = _mm256_sign_epi8(x, w);
   return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
 }
+
 __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot32_vnni(__m256i w, __m256i x) {
   __m256i aw = _mm256_sign_epi8(w, w), sx = _mm256_sign_epi8(x, w);
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
 }
 
-// The q8_0 loop, expanded twice: with AVX2's multiply-adds and with VNNI's.
+// The q8_0 decode step's loop, expanded twice: with AVX2's multiply-adds and with VNNI's.
+// (dots_q8_vnni below gives the same sums, bit for bit, for several tokens at once.)
 #define LMP_DOT_Q8(DOT32)                                                                   \
   /* two blocks per step into two accumulators: the chain of multiply-adds is not the limit */ \
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                            \
@@ -366,51 +369,66 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
   }                                                                                         \
   return hsum(_mm256_add_ps(acc0, acc1));
 
-// A q4_0 row against T tokens (T = 1: the decode step). The nibbles (0..15) are the
-// unsigned operand of the int8 multiply-add as they are; their −8 comes back through each
-// token's block bias (QuantizedVec::bias4: −8 · Σ x over each group of 4), which the
-// integer sums start from. A block is unpacked once (a load, a shift, a mask) and its
-// scale converted once for all T tokens; each token then costs one multiply-add, a
-// conversion and two float products. Each token sums 4 blocks into p, then p into its
-// total: the groups' chains of multiply-adds overlap, and the arithmetic of a token does
-// not depend on T, so a prompt's few tokens get the decode step's sums bit for bit.
-#define LMP_Q4_BLOCK(MADD, k, FIRST)                                                        \
+// A q4_0 or q8_0 row against T tokens (T = 1: the decode step). Each block gives the int8
+// multiply-add an unsigned operand: q4_0's nibbles (0..15) as they are, q8_0's bytes plus
+// 128 (w ^ 0x80). The offset (8 or 128) comes back through each token's block bias
+// (QuantizedVec: −8 · Σ x and −128 · Σ x over each group of 4), which the integer sums
+// start from: the same integers as Σ w · x. A block is unpacked once and its scale
+// converted once for all T tokens; each token then costs one multiply-add, a conversion and
+// two float products. A token's arithmetic does not depend on T, so a prompt's few tokens
+// get the decode step's sums bit for bit. Grouped (q4_0): each token sums 4 blocks into p,
+// then p into its total, so that the groups' chains of multiply-adds overlap. Paired
+// (q8_0): even and odd blocks into two totals, the order of dot_q8_vnni, the decode step's
+// loop, which streams memory a few percent faster on Zen 4 than this one with T = 1.
+#define LMP_Q4_UNSIGNED(k)                                                                  \
+  _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[k].qs))), \
+                                     _mm256_setr_epi64x(0, 0, 4, 4)), /* low nibbles, then high ones */ \
+                   _mm256_set1_epi8(0x0F))
+#define LMP_Q8_UNSIGNED(k)                                                                  \
+  _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[k].qs)), _mm256_set1_epi8(static_cast<char>(0x80)))
+#define LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, k, FIRST)                                      \
   do {                                                                                      \
-    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[k].qs))); \
-    const __m256i nib = _mm256_and_si256(_mm256_srlv_epi64(q, shift), low);                 \
+    const __m256i u = UNSIGNED(k);                                                          \
     const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(w[k].d)));          \
     for (int t = 0; t < T; ++t) {                                                           \
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t]->q.data() + (k) * 32)); \
-      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t]->bias4.data() + (k) * 8)); \
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(x[t]->d[static_cast<std::size_t>(k)])); \
-      const __m256 prod = _mm256_cvtepi32_ps(MADD(bias, nib, xv));                           \
-      p[t] = FIRST ? _mm256_mul_ps(prod, scale) : _mm256_fmadd_ps(prod, scale, p[t]);       \
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t] + (k) * 32)); \
+      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(biases[t] + (k) * 8)); \
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(ds[t][k]));                    \
+      const __m256 prod = _mm256_cvtepi32_ps(MADD(bias, u, xv));                             \
+      if constexpr (Paired) acc[(k) & 1][t] = _mm256_fmadd_ps(prod, scale, acc[(k) & 1][t]); \
+      else p[t] = FIRST ? _mm256_mul_ps(prod, scale) : _mm256_fmadd_ps(prod, scale, p[t]);   \
     }                                                                                       \
   } while (0)
-#define LMP_DOT_Q4(MADD)                                                                    \
-  const __m256i low = _mm256_set1_epi8(0x0F);                                               \
-  const __m256i shift = _mm256_setr_epi64x(0, 0, 4, 4); /* low nibbles, then high ones */  \
-  __m256 acc[T], p[T];                                                                      \
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();                                 \
+#define LMP_DOTS_INT8(MADD, UNSIGNED, BIAS, LINES)                                          \
+  const std::int8_t* xs[T];                                                                 \
+  const float* ds[T];                                                                       \
+  const std::int32_t* biases[T];                                                            \
+  for (int t = 0; t < T; ++t) xs[t] = x[t]->q.data(), ds[t] = x[t]->d.data(), biases[t] = x[t]->BIAS.data(); \
+  /* acc[0] alone when grouped (sums of 4 blocks in p added to it); acc[0] and acc[1] for  \
+     even and odd blocks when paired */                                                     \
+  __m256 acc[2][T], p[T];                                                                   \
+  for (int t = 0; t < T; ++t) acc[0][t] = acc[1][t] = _mm256_setzero_ps();                  \
   std::int64_t b = 0;                                                                       \
   for (; b + 4 <= nb; b += 4) {                                                             \
-    prefetch_ahead(w + b, pd, 2); /* 72 bytes a step */                                    \
-    LMP_Q4_BLOCK(MADD, b, true);                                                            \
-    LMP_Q4_BLOCK(MADD, b + 1, false);                                                       \
-    LMP_Q4_BLOCK(MADD, b + 2, false);                                                       \
-    LMP_Q4_BLOCK(MADD, b + 3, false);                                                       \
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_add_ps(acc[t], p[t]);                       \
+    prefetch_ahead(w + b, pd, LINES); /* 4 blocks: 72 bytes (q4_0), 136 (q8_0) */          \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b, true);                                          \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b + 1, false);                                     \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b + 2, false);                                     \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b + 3, false);                                     \
+    if constexpr (!Paired)                                                                  \
+      for (int t = 0; t < T; ++t) acc[0][t] = _mm256_add_ps(acc[0][t], p[t]);              \
   }                                                                                         \
   for (; b < nb; ++b) {                                                                     \
-    LMP_Q4_BLOCK(MADD, b, true);                                                            \
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_add_ps(acc[t], p[t]);                       \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b, true);                                          \
+    if constexpr (!Paired)                                                                  \
+      for (int t = 0; t < T; ++t) acc[0][t] = _mm256_add_ps(acc[0][t], p[t]);              \
   }                                                                                         \
-  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+  for (int t = 0; t < T; ++t) out[t] = hsum(Paired ? _mm256_add_ps(acc[0][t], acc[1][t]) : acc[0][t]);
 
-__attribute__((target("avx2"))) inline __m256i madd_q4_avx2(__m256i bias, __m256i nib, __m256i x) {
+__attribute__((target("avx2"))) inline __m256i madd_u8_avx2(__m256i bias, __m256i nib, __m256i x) {
   return _mm256_add_epi32(bias, _mm256_madd_epi16(_mm256_maddubs_epi16(nib, x), _mm256_set1_epi16(1)));
 }
-__attribute__((target("avx2,avx512vnni,avx512vl"))) inline __m256i madd_q4_vnni(__m256i bias, __m256i nib, __m256i x) {
+__attribute__((target("avx2,avx512vnni,avx512vl"))) inline __m256i madd_u8_vnni(__m256i bias, __m256i nib, __m256i x) {
   return _mm256_dpbusd_epi32(bias, nib, x);
 }
 
@@ -423,20 +441,31 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_
                                                                                        const float* xd, std::int64_t nb, std::ptrdiff_t pd) {
   LMP_DOT_Q8(dot32_vnni)
 }
-// out[t] = row · x[t] for T tokens.
+// out[t] = row · x[t] for T tokens. q8_0 rows without VNNI take dot_q8_avx2: AVX2's
+// byte multiply-add sums pairs in 16 bits, and (w + 128) · x can pass 32767 there.
 template <int T>
 __attribute__((target("avx2,fma,f16c"))) void dots_q4_avx2(float* out, const BlockQ4_0* w, const QuantizedVec* const* x,
                                                           std::int64_t nb, std::ptrdiff_t pd) {
-  LMP_DOT_Q4(madd_q4_avx2)
+  constexpr bool Paired = false;
+  LMP_DOTS_INT8(madd_u8_avx2, LMP_Q4_UNSIGNED, bias_q4, 2)
 }
 template <int T>
 __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) void dots_q4_vnni(
     float* out, const BlockQ4_0* w, const QuantizedVec* const* x, std::int64_t nb, std::ptrdiff_t pd) {
-  LMP_DOT_Q4(madd_q4_vnni)
+  constexpr bool Paired = false;
+  LMP_DOTS_INT8(madd_u8_vnni, LMP_Q4_UNSIGNED, bias_q4, 2)
+}
+template <int T>
+__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) void dots_q8_vnni(
+    float* out, const BlockQ8_0* w, const QuantizedVec* const* x, std::int64_t nb, std::ptrdiff_t pd) {
+  constexpr bool Paired = true;
+  LMP_DOTS_INT8(madd_u8_vnni, LMP_Q8_UNSIGNED, bias_q8, 4)
 }
 #undef LMP_DOT_Q8
-#undef LMP_DOT_Q4
-#undef LMP_Q4_BLOCK
+#undef LMP_DOTS_INT8
+#undef LMP_INT8_BLOCK
+#undef LMP_Q4_UNSIGNED
+#undef LMP_Q8_UNSIGNED
 
 }  // namespace
 
@@ -500,7 +529,8 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
   const std::size_t nb = n / 32;
   out.q.resize(nb * 32);
   out.d.resize(nb);
-  out.bias4.resize(nb * 8);
+  out.bias_q4.resize(nb * 8);
+  out.bias_q8.resize(nb * 8);
   if (cpu::avx2()) {
     quantize_blocks_avx2(out.q.data(), out.d.data(), x, nb);
   } else {
@@ -513,8 +543,11 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
       for (std::size_t j = 0; j < 32; ++j) out.q[b * 32 + j] = static_cast<std::int8_t>(std::lround(x[b * 32 + j] * id));
     }
   }
-  for (std::size_t g = 0; g < nb * 8; ++g)
-    out.bias4[g] = -8 * (out.q[4 * g] + out.q[4 * g + 1] + out.q[4 * g + 2] + out.q[4 * g + 3]);
+  for (std::size_t g = 0; g < nb * 8; ++g) {
+    const int sum = out.q[4 * g] + out.q[4 * g + 1] + out.q[4 * g + 2] + out.q[4 * g + 3];
+    out.bias_q4[g] = -8 * sum;
+    out.bias_q8[g] = -128 * sum;
+  }
 }
 
 void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi) {
@@ -637,28 +670,36 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
 
 bool matmul_few_available(DType t, std::int64_t n) {
   // Measured on Zen 4 (docs/benchmarks.md). Float rows: against the AVX-512 GEMM, which
-  // packs every row first, up to 16 tokens. q8_0 and q4_0 rows: the decode step's products
-  // beat the int8 GEMM's group of 16 tokens up to 4.
-  if (t == DType::q4_0) return n <= 6 && cpu::avx2();
-  if (t == DType::q8_0) return n <= 4;
+  // packs every row first, up to 16 tokens. Against the int8 GEMM's group of 16 tokens:
+  // q4_0 rows unpacked once for 4 tokens at a time, up to 8; q8_0 rows likewise with VNNI,
+  // up to 6; without VNNI, the decode step's products token after token, up to 4.
+  if (t == DType::q4_0) return n <= (cpu::avx2() ? 8 : 4);
+  if (t == DType::q8_0) return n <= (use_vnni() ? 6 : 4);
   return n <= 16 && cpu::avx2() && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
 }
 
 namespace {
-// q4_0 rows against a few tokens: each row read once, unpacked once per block for up to
-// 4 tokens at a time (the decode step's arithmetic per token, see LMP_DOT_Q4).
-void matmul_few_q4(float* out, std::size_t ld, const Weight& w, const QuantizedVec* xq, std::int64_t n, std::int64_t lo,
-                   std::int64_t hi) {
-  using Kernel = void (*)(float*, const BlockQ4_0*, const QuantizedVec* const*, std::int64_t, std::ptrdiff_t);
-  const bool vnni = use_vnni();
-  const Kernel kernels[4] = {vnni ? dots_q4_vnni<1> : dots_q4_avx2<1>, vnni ? dots_q4_vnni<2> : dots_q4_avx2<2>,
-                             vnni ? dots_q4_vnni<3> : dots_q4_avx2<3>, vnni ? dots_q4_vnni<4> : dots_q4_avx2<4>};
+// q4_0 rows (and q8_0 rows with VNNI) against a few tokens: each row read once, each
+// block unpacked once for up to 4 tokens at a time (the decode step's arithmetic per
+// token, see LMP_DOTS_INT8).
+template <typename Block>
+void matmul_few_int8(float* out, std::size_t ld, const Weight& w, const QuantizedVec* xq, std::int64_t n,
+                     std::int64_t lo, std::int64_t hi) {
+  using Kernel = void (*)(float*, const Block*, const QuantizedVec* const*, std::int64_t, std::ptrdiff_t);
+  Kernel kernels[4];
+  if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+    kernels[0] = dots_q8_vnni<1>, kernels[1] = dots_q8_vnni<2>, kernels[2] = dots_q8_vnni<3>, kernels[3] = dots_q8_vnni<4>;
+  } else if (use_vnni()) {
+    kernels[0] = dots_q4_vnni<1>, kernels[1] = dots_q4_vnni<2>, kernels[2] = dots_q4_vnni<3>, kernels[3] = dots_q4_vnni<4>;
+  } else {
+    kernels[0] = dots_q4_avx2<1>, kernels[1] = dots_q4_avx2<2>, kernels[2] = dots_q4_avx2<3>, kernels[3] = dots_q4_avx2<4>;
+  }
   const auto pd = static_cast<std::ptrdiff_t>(prefetch_distance(false));
   const std::int64_t nb = w.cols / 32;
   const QuantizedVec* x[4];
   float s[4];
   for (std::int64_t r = lo; r < hi; ++r) {
-    const auto* row = reinterpret_cast<const BlockQ4_0*>(w.data + static_cast<std::size_t>(r) * w.row_bytes);
+    const auto* row = reinterpret_cast<const Block*>(w.data + static_cast<std::size_t>(r) * w.row_bytes);
     for (std::int64_t t0 = 0; t0 < n; t0 += 4) {
       const auto nt = static_cast<int>(std::min<std::int64_t>(4, n - t0));
       for (int j = 0; j < nt; ++j) x[j] = xq + t0 + j;
@@ -676,7 +717,10 @@ void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, con
     case DType::f16: return matmul_few_rows<std::uint16_t>(out, ld, w, x, n, lo, hi, scratch);
     case DType::bf16: return matmul_few_rows<Bf16>(out, ld, w, x, n, lo, hi, scratch);
     case DType::q4_0:
-      if (cpu::avx2()) return matmul_few_q4(out, ld, w, xq, n, lo, hi);
+      if (cpu::avx2()) return matmul_few_int8<BlockQ4_0>(out, ld, w, xq, n, lo, hi);
+      [[fallthrough]];
+    case DType::q8_0:
+      if (w.dtype == DType::q8_0 && use_vnni()) return matmul_few_int8<BlockQ8_0>(out, ld, w, xq, n, lo, hi);
       [[fallthrough]];
     default: {
       // Rows in blocks of about 128 KB, which stay in L2 while every token's decode-step

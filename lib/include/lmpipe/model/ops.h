@@ -23,9 +23,11 @@ struct Weight {
 // An activation vector quantized to q8_0-style blocks (32 int8 and a float scale), the
 // other operand of the int8 dot products of q8_0 and q4_0 weights.
 struct QuantizedVec {
-  std::vector<std::int8_t> q;        // (n)
-  std::vector<float> d;              // (n / 32)
-  std::vector<std::int32_t> bias4;   // (n / 4) −8 · Σ q over each 4: q4_0's offset of 8
+  std::vector<std::int8_t> q;  // (n)
+  std::vector<float> d;        // (n / 32)
+  // (n / 4) −8 · Σ q and −128 · Σ q over each 4: the offsets that make q4_0 and q8_0
+  // weights unsigned for the int8 multiply-add (ops.cpp, LMP_DOTS_INT8)
+  std::vector<std::int32_t> bias_q4, bias_q8;
 };
 void quantize_activation(QuantizedVec& out, const float* x, std::size_t n);
 
@@ -51,9 +53,11 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
 // A few tokens (short prompts, where packing the weights for a GEMM costs more than the
 // products): out (n, hi - lo) = X (n, cols) · W[lo:hi]ᵀ with the weights read from memory
 // once for all n tokens. f32, f16 and bf16 rows: 4 rows × 4 tokens in registers (AVX2).
-// q8_0 and q4_0 rows: the decode step's products (matvec) token after token over blocks
-// of rows that stay in L2, `xq` holding the n tokens quantized; the same sums as the
-// steps. matmul_few_available says whether n tokens of type t take this path.
+// q4_0 rows (and q8_0 rows with VNNI): each block unpacked once for 4 tokens at a time;
+// q8_0 rows without VNNI: the decode step's products token after token over blocks of
+// rows that stay in L2. `xq` holds the n tokens quantized, and each token's sums are the
+// decode step's, bit for bit. matmul_few_available says whether n tokens of type t take
+// this path.
 bool matmul_few_available(DType t, std::int64_t n);
 void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t n,
                 std::int64_t lo, std::int64_t hi, std::vector<float>& scratch);
