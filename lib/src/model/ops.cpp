@@ -671,9 +671,9 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
 bool matmul_few_available(DType t, std::int64_t n) {
   // Measured on Zen 4 (docs/benchmarks.md). Float rows: against the AVX-512 GEMM, which
   // packs every row first, up to 16 tokens. Against the int8 GEMM's group of 16 tokens:
-  // q4_0 rows unpacked once for 4 tokens at a time, up to 8; q8_0 rows likewise with VNNI,
+  // q4_0 rows unpacked once for 4 tokens at a time, up to 7; q8_0 rows likewise with VNNI,
   // up to 6; without VNNI, the decode step's products token after token, up to 4.
-  if (t == DType::q4_0) return n <= (cpu::avx2() ? 8 : 4);
+  if (t == DType::q4_0) return n <= (cpu::avx2() ? 7 : 4);
   if (t == DType::q8_0) return n <= (use_vnni() ? 6 : 4);
   return n <= 16 && cpu::avx2() && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
 }
