@@ -379,14 +379,16 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
 // get the decode step's sums bit for bit. Grouped (q4_0): each token sums 4 blocks into p,
 // then p into its total, so that the groups' chains of multiply-adds overlap. Paired
 // (q8_0): even and odd blocks into two totals, the order of dot_q8_vnni, the decode step's
-// loop, which streams memory a few percent faster on Zen 4 than this one with T = 1.
+// loop, which streams memory a few percent faster on Zen 4 than this one with T = 1. Every
+// product is added by an explicit multiply-add or after one (never a product then a sum
+// that the compiler may or may not fuse), so the bits do not depend on how it compiles T.
 #define LMP_Q4_UNSIGNED(k)                                                                  \
   _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[k].qs))), \
                                      _mm256_setr_epi64x(0, 0, 4, 4)), /* low nibbles, then high ones */ \
                    _mm256_set1_epi8(0x0F))
 #define LMP_Q8_UNSIGNED(k)                                                                  \
   _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[k].qs)), _mm256_set1_epi8(static_cast<char>(0x80)))
-#define LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, k, FIRST)                                      \
+#define LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, k, STEP)                                       \
   do {                                                                                      \
     const __m256i u = UNSIGNED(k);                                                          \
     const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(w[k].d)));          \
@@ -396,7 +398,9 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
       const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(ds[t][k]));                    \
       const __m256 prod = _mm256_cvtepi32_ps(MADD(bias, u, xv));                             \
       if constexpr (Paired) acc[(k) & 1][t] = _mm256_fmadd_ps(prod, scale, acc[(k) & 1][t]); \
-      else p[t] = FIRST ? _mm256_mul_ps(prod, scale) : _mm256_fmadd_ps(prod, scale, p[t]);   \
+      else if (STEP == 0) p[t] = _mm256_mul_ps(prod, scale);                                \
+      else if (STEP == 1) p[t] = _mm256_fmadd_ps(prod, scale, p[t]);                        \
+      else acc[0][t] = _mm256_fmadd_ps(prod, scale, acc[0][t]);                             \
     }                                                                                       \
   } while (0)
 #define LMP_DOTS_INT8(MADD, UNSIGNED, BIAS, LINES)                                          \
@@ -411,18 +415,14 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
   std::int64_t b = 0;                                                                       \
   for (; b + 4 <= nb; b += 4) {                                                             \
     prefetch_ahead(w + b, pd, LINES); /* 4 blocks: 72 bytes (q4_0), 136 (q8_0) */          \
-    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b, true);                                          \
-    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b + 1, false);                                     \
-    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b + 2, false);                                     \
-    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b + 3, false);                                     \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b, 0);                                             \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b + 1, 1);                                         \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b + 2, 1);                                         \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b + 3, 1);                                         \
     if constexpr (!Paired)                                                                  \
       for (int t = 0; t < T; ++t) acc[0][t] = _mm256_add_ps(acc[0][t], p[t]);              \
   }                                                                                         \
-  for (; b < nb; ++b) {                                                                     \
-    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b, true);                                          \
-    if constexpr (!Paired)                                                                  \
-      for (int t = 0; t < T; ++t) acc[0][t] = _mm256_add_ps(acc[0][t], p[t]);              \
-  }                                                                                         \
+  for (; b < nb; ++b) LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b, 2);                           \
   for (int t = 0; t < T; ++t) out[t] = hsum(Paired ? _mm256_add_ps(acc[0][t], acc[1][t]) : acc[0][t]);
 
 __attribute__((target("avx2"))) inline __m256i madd_u8_avx2(__m256i bias, __m256i nib, __m256i x) {
