@@ -605,7 +605,7 @@ TEST_CASE("q8_0 and q4_0 matvec equal their integer sums at every row length, wi
     }
 }
 
-TEST_CASE("quantize_activation: q = lround(x / d), d = max |x| / 127 per block of 32, halves away from zero", "[model][ops]") {
+TEST_CASE("quantize_activation: q = lround(x / d), d = max |x| / 127 per block of 32, halves away from zero, and the biases", "[model][ops]") {
   Rng r(31);
   auto check = [](const std::vector<float>& x) {
     QuantizedVec xq;
@@ -620,6 +620,15 @@ TEST_CASE("quantize_activation: q = lround(x / d), d = max |x| / 127 per block o
         INFO("block " << b << ", x = " << x[b * 32 + j]);
         REQUIRE(int{xq.q[b * 32 + j]} == static_cast<int>(std::lround(x[b * 32 + j] * id)));
       }
+    }
+    // The biases that make q4_0 and q8_0 weights unsigned: −8 and −128 times each 4's sum.
+    REQUIRE(xq.bias_q4.size() == x.size() / 32 * 8);
+    REQUIRE(xq.bias_q8.size() == x.size() / 32 * 8);
+    for (std::size_t g = 0; g < xq.bias_q4.size(); ++g) {
+      const int sum = xq.q[4 * g] + xq.q[4 * g + 1] + xq.q[4 * g + 2] + xq.q[4 * g + 3];
+      INFO("group " << g);
+      REQUIRE(xq.bias_q4[g] == -8 * sum);
+      REQUIRE(xq.bias_q8[g] == -128 * sum);
     }
   };
   // amax 127 makes d = 1: the numbers are their own quotients, halfway cases included.

@@ -495,9 +495,11 @@ namespace {
 // lround is half away from zero, done here as trunc plus one away from zero where the
 // dropped fraction is at least 0.5 (y - trunc(y) is exact). The scalar loop called lround
 // per number and took 2% of a q8_0 decode step on the main thread while the others waited.
-__attribute__((target("avx2"))) void quantize_blocks_avx2(std::int8_t* q, float* d, const float* x, std::size_t nb) {
+// Also each group of 4's bias for q4_0 and q8_0 rows (QuantizedVec::bias_q4, bias_q8).
+__attribute__((target("avx2"))) void quantize_blocks_avx2(std::int8_t* q, float* d, std::int32_t* bias_q4,
+                                                          std::int32_t* bias_q8, const float* x, std::size_t nb) {
   const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
-  for (std::size_t b = 0; b < nb; ++b, x += 32, q += 32) {
+  for (std::size_t b = 0; b < nb; ++b, x += 32, q += 32, bias_q4 += 8, bias_q8 += 8) {
     __m256 v[4];
     __m256 m = _mm256_setzero_ps();
     for (int k = 0; k < 4; ++k) {
@@ -520,7 +522,12 @@ __attribute__((target("avx2"))) void quantize_blocks_avx2(std::int8_t* q, float*
     // 32 int32 in [-127, 127] to bytes: the packs work within 128-bit lanes, the permute
     // puts the lanes back in order.
     const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const __m256i qv = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), qv);
+    // Σ of each 4 bytes (1 · q in pairs, then the pairs), times −8 and −128.
+    const __m256i sum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qv), _mm256_set1_epi16(1));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias_q4), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum4, 3)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias_q8), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum4, 7)));
   }
 }
 }  // namespace
@@ -531,17 +538,14 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
   out.d.resize(nb);
   out.bias_q4.resize(nb * 8);
   out.bias_q8.resize(nb * 8);
-  if (cpu::avx2()) {
-    quantize_blocks_avx2(out.q.data(), out.d.data(), x, nb);
-  } else {
-    for (std::size_t b = 0; b < nb; ++b) {
-      float amax = 0;
-      for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      out.d[b] = d;
-      for (std::size_t j = 0; j < 32; ++j) out.q[b * 32 + j] = static_cast<std::int8_t>(std::lround(x[b * 32 + j] * id));
-    }
+  if (cpu::avx2()) return quantize_blocks_avx2(out.q.data(), out.d.data(), out.bias_q4.data(), out.bias_q8.data(), x, nb);
+  for (std::size_t b = 0; b < nb; ++b) {
+    float amax = 0;
+    for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out.d[b] = d;
+    for (std::size_t j = 0; j < 32; ++j) out.q[b * 32 + j] = static_cast<std::int8_t>(std::lround(x[b * 32 + j] * id));
   }
   for (std::size_t g = 0; g < nb * 8; ++g) {
     const int sum = out.q[4 * g] + out.q[4 * g + 1] + out.q[4 * g + 2] + out.q[4 * g + 3];
