@@ -210,7 +210,7 @@ TEST_CASE("a few tokens at once: each row read once for all of them, the same bi
   Rng r(17);
   // Columns: 96, 109 (a tail of 8 and one of 5), 2048 (one tile for 2 tokens, two for 8),
   // 4123 (a long row in three tiles and a tail); rows 13 (blocks of 4 with 1 left) and 70
-  // with row ranges that start inside the matrix; tokens 1..9 and 16 (groups of 4 and what is left).
+  // with row ranges that start inside the matrix; tokens 1..9 and 16 (groups of 4 or 8 and what is left).
   // q8_0 and q4_0 rows (whole blocks of 32 only) give the decode step's sums exactly, with
   // VNNI's int8 products and with AVX2's.
   for (auto [rows, cols] : {std::pair{13, 96}, std::pair{13, 109}, std::pair{70, 2048}, std::pair{7, 4123}}) {
@@ -226,7 +226,7 @@ TEST_CASE("a few tokens at once: each row read once for all of them, the same bi
       std::vector<float> deq(static_cast<std::size_t>(rows * cols));
       for (int i = 0; i < rows; ++i)
         to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, deq.data() + static_cast<std::size_t>(i * cols), static_cast<std::size_t>(cols));
-      for (int n : {1, 2, 3, 4, 5, 6, 8, 9, 16})
+      for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16})
         for (Int8Dots k8 : {Int8Dots::automatic, Int8Dots::avx2}) {
           if (!int8 && k8 != Int8Dots::automatic) continue;
           set_int8_dots(k8);

@@ -388,14 +388,14 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
                    _mm256_set1_epi8(0x0F))
 #define LMP_Q8_UNSIGNED(k)                                                                  \
   _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[k].qs)), _mm256_set1_epi8(static_cast<char>(0x80)))
-#define LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, k, STEP)                                       \
+#define LMP_INT8_BLOCK(MADD, UNSIGNED, k, STEP)                                             \
   do {                                                                                      \
     const __m256i u = UNSIGNED(k);                                                          \
     const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(w[k].d)));          \
     for (int t = 0; t < T; ++t) {                                                           \
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t] + (k) * 32)); \
-      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(biases[t] + (k) * 8)); \
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(ds[t][k]));                    \
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + ((k) * T + t) * 32)); \
+      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bias + ((k) * T + t) * 8)); \
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[(k) * T + t]));            \
       const __m256 prod = _mm256_cvtepi32_ps(MADD(bias, u, xv));                             \
       if constexpr (Paired) acc[(k) & 1][t] = _mm256_fmadd_ps(prod, scale, acc[(k) & 1][t]); \
       else if (STEP == 0) p[t] = _mm256_mul_ps(prod, scale);                                \
@@ -403,11 +403,7 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
       else acc[0][t] = _mm256_fmadd_ps(prod, scale, acc[0][t]);                             \
     }                                                                                       \
   } while (0)
-#define LMP_DOTS_INT8(MADD, UNSIGNED, BIAS, LINES)                                          \
-  const std::int8_t* xs[T];                                                                 \
-  const float* ds[T];                                                                       \
-  const std::int32_t* biases[T];                                                            \
-  for (int t = 0; t < T; ++t) xs[t] = x[t]->q.data(), ds[t] = x[t]->d.data(), biases[t] = x[t]->BIAS.data(); \
+#define LMP_DOTS_INT8(MADD, UNSIGNED, LINES)                                                \
   /* acc[0] alone when grouped (sums of 4 blocks in p added to it); acc[0] and acc[1] for  \
      even and odd blocks when paired */                                                     \
   __m256 acc[2][T], p[T];                                                                   \
@@ -415,14 +411,14 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
   std::int64_t b = 0;                                                                       \
   for (; b + 4 <= nb; b += 4) {                                                             \
     prefetch_ahead(w + b, pd, LINES); /* 4 blocks: 72 bytes (q4_0), 136 (q8_0) */          \
-    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b, 0);                                             \
-    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b + 1, 1);                                         \
-    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b + 2, 1);                                         \
-    LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b + 3, 1);                                         \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, b, 0);                                             \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, b + 1, 1);                                         \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, b + 2, 1);                                         \
+    LMP_INT8_BLOCK(MADD, UNSIGNED, b + 3, 1);                                         \
     if constexpr (!Paired)                                                                  \
       for (int t = 0; t < T; ++t) acc[0][t] = _mm256_add_ps(acc[0][t], p[t]);              \
   }                                                                                         \
-  for (; b < nb; ++b) LMP_INT8_BLOCK(MADD, UNSIGNED, BIAS, b, 2);                           \
+  for (; b < nb; ++b) LMP_INT8_BLOCK(MADD, UNSIGNED, b, 2);                           \
   for (int t = 0; t < T; ++t) out[t] = hsum(Paired ? _mm256_add_ps(acc[0][t], acc[1][t]) : acc[0][t]);
 
 __attribute__((target("avx2"))) inline __m256i madd_u8_avx2(__m256i bias, __m256i nib, __m256i x) {
@@ -441,25 +437,36 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_
                                                                                        const float* xd, std::int64_t nb, std::ptrdiff_t pd) {
   LMP_DOT_Q8(dot32_vnni)
 }
-// out[t] = row · x[t] for T tokens. q8_0 rows without VNNI take dot_q8_avx2: AVX2's
+// T tokens' quantized activations, side by side per block: block k of token t at
+// q + (k·T + t)·32, its biases at bias + (k·T + t)·8 and its scale at d[k·T + t]. With
+// T = 1 these are a QuantizedVec's own arrays.
+struct TokenBlocks {
+  const std::int8_t* q;
+  const std::int32_t* bias;  // QuantizedVec::bias_q4 or bias_q8, for the rows' dtype
+  const float* d;
+};
+
+// out[t] = row · x's token t for T tokens. q8_0 rows without VNNI take dot_q8_avx2: AVX2's
 // byte multiply-add sums pairs in 16 bits, and (w + 128) · x can pass 32767 there.
 template <int T>
-__attribute__((target("avx2,fma,f16c"))) void dots_q4_avx2(float* out, const BlockQ4_0* w, const QuantizedVec* const* x,
-                                                          std::int64_t nb, std::ptrdiff_t pd) {
+__attribute__((target("avx2,fma,f16c"))) void dots_q4_avx2(float* out, const BlockQ4_0* w, TokenBlocks x, std::int64_t nb,
+                                                          std::ptrdiff_t pd) {
   constexpr bool Paired = false;
-  LMP_DOTS_INT8(madd_u8_avx2, LMP_Q4_UNSIGNED, bias_q4, 2)
+  LMP_DOTS_INT8(madd_u8_avx2, LMP_Q4_UNSIGNED, 2)
 }
 template <int T>
-__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) void dots_q4_vnni(
-    float* out, const BlockQ4_0* w, const QuantizedVec* const* x, std::int64_t nb, std::ptrdiff_t pd) {
+__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) void dots_q4_vnni(float* out, const BlockQ4_0* w,
+                                                                                       TokenBlocks x, std::int64_t nb,
+                                                                                       std::ptrdiff_t pd) {
   constexpr bool Paired = false;
-  LMP_DOTS_INT8(madd_u8_vnni, LMP_Q4_UNSIGNED, bias_q4, 2)
+  LMP_DOTS_INT8(madd_u8_vnni, LMP_Q4_UNSIGNED, 2)
 }
 template <int T>
-__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) void dots_q8_vnni(
-    float* out, const BlockQ8_0* w, const QuantizedVec* const* x, std::int64_t nb, std::ptrdiff_t pd) {
+__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) void dots_q8_vnni(float* out, const BlockQ8_0* w,
+                                                                                       TokenBlocks x, std::int64_t nb,
+                                                                                       std::ptrdiff_t pd) {
   constexpr bool Paired = true;
-  LMP_DOTS_INT8(madd_u8_vnni, LMP_Q8_UNSIGNED, bias_q8, 4)
+  LMP_DOTS_INT8(madd_u8_vnni, LMP_Q8_UNSIGNED, 4)
 }
 #undef LMP_DOT_Q8
 #undef LMP_DOTS_INT8
@@ -602,8 +609,9 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
       }
       case DType::q4_0: {
         const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
-        if (vnni) dots_q4_vnni<1>(&s, b, &xq, n / 32, pd);
-        else if (avx2) dots_q4_avx2<1>(&s, b, &xq, n / 32, pd);
+        const TokenBlocks x1{xq->q.data(), xq->bias_q4.data(), xq->d.data()};
+        if (vnni) dots_q4_vnni<1>(&s, b, x1, n / 32, pd);
+        else if (avx2) dots_q4_avx2<1>(&s, b, x1, n / 32, pd);
         else s = dot_q4_scalar(b, xq->q.data(), xq->d.data(), n / 32);
         break;
       }
@@ -675,40 +683,62 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
 bool matmul_few_available(DType t, std::int64_t n) {
   // Measured on Zen 4 (docs/benchmarks.md). Float rows: against the AVX-512 GEMM, which
   // packs every row first, up to 16 tokens. Against the int8 GEMM's group of 16 tokens:
-  // q4_0 rows unpacked once for 4 tokens at a time, up to 7; q8_0 rows likewise with VNNI,
-  // up to 6; without VNNI, the decode step's products token after token, up to 4.
-  if (t == DType::q4_0) return n <= (cpu::avx2() ? 7 : 4);
-  if (t == DType::q8_0) return n <= (use_vnni() ? 6 : 4);
+  // q4_0 and q8_0 rows unpacked once for 8 tokens with VNNI, up to 8 tokens (12 took 33–38
+  // tok/s on TinyLlama q4_0, the GEMM 45–50); q4_0 rows 4 tokens at a time with AVX2 alone,
+  // up to 7; q8_0 rows without VNNI, the decode step's products token after token, up to 4.
+  if (t == DType::q4_0) return n <= (use_vnni() ? 8 : cpu::avx2() ? 7 : 4);
+  if (t == DType::q8_0) return n <= (use_vnni() ? 8 : 4);
   return n <= 16 && cpu::avx2() && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
 }
 
 namespace {
 // q4_0 rows (and q8_0 rows with VNNI) against a few tokens: each row read once, each
-// block unpacked once for up to 4 tokens at a time (the decode step's arithmetic per
-// token, see LMP_DOTS_INT8).
+// block unpacked once for up to 8 tokens at a time with VNNI (its 32 registers hold 8
+// tokens' sums), 4 without (the decode step's arithmetic per token, see LMP_DOTS_INT8).
+// The tokens' activations are first laid side by side per block (TokenBlocks) in
+// `scratch`, so that one pointer walks them all.
 template <typename Block>
 void matmul_few_int8(float* out, std::size_t ld, const Weight& w, const QuantizedVec* xq, std::int64_t n,
-                     std::int64_t lo, std::int64_t hi) {
-  using Kernel = void (*)(float*, const Block*, const QuantizedVec* const*, std::int64_t, std::ptrdiff_t);
-  Kernel kernels[4];
-  if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+                     std::int64_t lo, std::int64_t hi, std::vector<float>& scratch) {
+  using Kernel = void (*)(float*, const Block*, TokenBlocks, std::int64_t, std::ptrdiff_t);
+  constexpr bool q8 = std::is_same_v<Block, BlockQ8_0>;
+  const bool vnni = use_vnni();
+  Kernel kernels[8] = {};
+  if constexpr (q8) {
     kernels[0] = dots_q8_vnni<1>, kernels[1] = dots_q8_vnni<2>, kernels[2] = dots_q8_vnni<3>, kernels[3] = dots_q8_vnni<4>;
-  } else if (use_vnni()) {
+    kernels[4] = dots_q8_vnni<5>, kernels[5] = dots_q8_vnni<6>, kernels[6] = dots_q8_vnni<7>, kernels[7] = dots_q8_vnni<8>;
+  } else if (vnni) {
     kernels[0] = dots_q4_vnni<1>, kernels[1] = dots_q4_vnni<2>, kernels[2] = dots_q4_vnni<3>, kernels[3] = dots_q4_vnni<4>;
+    kernels[4] = dots_q4_vnni<5>, kernels[5] = dots_q4_vnni<6>, kernels[6] = dots_q4_vnni<7>, kernels[7] = dots_q4_vnni<8>;
   } else {
     kernels[0] = dots_q4_avx2<1>, kernels[1] = dots_q4_avx2<2>, kernels[2] = dots_q4_avx2<3>, kernels[3] = dots_q4_avx2<4>;
   }
+  const std::int64_t group = vnni ? 8 : 4;
   const auto pd = static_cast<std::ptrdiff_t>(prefetch_distance(false));
-  const std::int64_t nb = w.cols / 32;
-  const QuantizedVec* x[4];
-  float s[4];
-  for (std::int64_t r = lo; r < hi; ++r) {
-    const auto* row = reinterpret_cast<const Block*>(w.data + static_cast<std::size_t>(r) * w.row_bytes);
-    for (std::int64_t t0 = 0; t0 < n; t0 += 4) {
-      const auto nt = static_cast<int>(std::min<std::int64_t>(4, n - t0));
-      for (int j = 0; j < nt; ++j) x[j] = xq + t0 + j;
-      kernels[nt - 1](s, row, x, nb, pd);
-      for (int j = 0; j < nt; ++j) out[static_cast<std::size_t>(t0 + j) * ld + static_cast<std::size_t>(r - lo)] = s[j];
+  const auto nb = static_cast<std::size_t>(w.cols / 32);
+  // Per group of tokens: nb · g · (32 bytes of q + 8 biases) and nb · g scales, in floats.
+  const auto g_max = static_cast<std::size_t>(std::min(group, n));
+  scratch.resize(nb * g_max * (8 + 8 + 1));
+  auto* packed_q = reinterpret_cast<std::int8_t*>(scratch.data());
+  auto* packed_bias = reinterpret_cast<std::int32_t*>(scratch.data() + nb * g_max * 8);
+  float* packed_d = scratch.data() + nb * g_max * 16;
+  float s[8];
+  for (std::int64_t t0 = 0; t0 < n; t0 += group) {
+    const auto g = static_cast<std::size_t>(std::min(group, n - t0));
+    for (std::size_t t = 0; t < g; ++t) {
+      const QuantizedVec& v = xq[static_cast<std::size_t>(t0) + t];
+      const std::int32_t* bias = q8 ? v.bias_q8.data() : v.bias_q4.data();
+      for (std::size_t k = 0; k < nb; ++k) {
+        std::memcpy(packed_q + (k * g + t) * 32, v.q.data() + k * 32, 32);
+        std::memcpy(packed_bias + (k * g + t) * 8, bias + k * 8, 32);
+        packed_d[k * g + t] = v.d[k];
+      }
+    }
+    const TokenBlocks x{packed_q, packed_bias, packed_d};
+    for (std::int64_t r = lo; r < hi; ++r) {
+      kernels[g - 1](s, reinterpret_cast<const Block*>(w.data + static_cast<std::size_t>(r) * w.row_bytes), x,
+                     static_cast<std::int64_t>(nb), pd);
+      for (std::size_t j = 0; j < g; ++j) out[(static_cast<std::size_t>(t0) + j) * ld + static_cast<std::size_t>(r - lo)] = s[j];
     }
   }
 }
@@ -721,10 +751,10 @@ void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, con
     case DType::f16: return matmul_few_rows<std::uint16_t>(out, ld, w, x, n, lo, hi, scratch);
     case DType::bf16: return matmul_few_rows<Bf16>(out, ld, w, x, n, lo, hi, scratch);
     case DType::q4_0:
-      if (cpu::avx2()) return matmul_few_int8<BlockQ4_0>(out, ld, w, xq, n, lo, hi);
+      if (cpu::avx2()) return matmul_few_int8<BlockQ4_0>(out, ld, w, xq, n, lo, hi, scratch);
       [[fallthrough]];
     case DType::q8_0:
-      if (w.dtype == DType::q8_0 && use_vnni()) return matmul_few_int8<BlockQ8_0>(out, ld, w, xq, n, lo, hi);
+      if (w.dtype == DType::q8_0 && use_vnni()) return matmul_few_int8<BlockQ8_0>(out, ld, w, xq, n, lo, hi, scratch);
       [[fallthrough]];
     default: {
       // Rows in blocks of about 128 KB, which stay in L2 while every token's decode-step
