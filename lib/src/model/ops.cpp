@@ -714,31 +714,43 @@ void matmul_few_int8(float* out, std::size_t ld, const Weight& w, const Quantize
     kernels[0] = dots_q4_avx2<1>, kernels[1] = dots_q4_avx2<2>, kernels[2] = dots_q4_avx2<3>, kernels[3] = dots_q4_avx2<4>;
   }
   const std::int64_t group = vnni ? 8 : 4;
+  if (n > 2 * group) {  // past matmul_few_available's limits: two groups at a time
+    matmul_few_int8<Block>(out, ld, w, xq, 2 * group, lo, hi, scratch);
+    return matmul_few_int8<Block>(out + static_cast<std::size_t>(2 * group) * ld, ld, w, xq + 2 * group, n - 2 * group, lo,
+                                  hi, scratch);
+  }
   const auto pd = static_cast<std::ptrdiff_t>(prefetch_distance(false));
   const auto nb = static_cast<std::size_t>(w.cols / 32);
   // Per group of tokens: nb · g · (32 bytes of q + 8 biases) and nb · g scales, in floats.
+  // Every group is laid out first, then each row is read once for all of them.
   const auto g_max = static_cast<std::size_t>(std::min(group, n));
-  scratch.resize(nb * g_max * (8 + 8 + 1));
-  auto* packed_q = reinterpret_cast<std::int8_t*>(scratch.data());
-  auto* packed_bias = reinterpret_cast<std::int32_t*>(scratch.data() + nb * g_max * 8);
-  float* packed_d = scratch.data() + nb * g_max * 16;
-  float s[8];
-  for (std::int64_t t0 = 0; t0 < n; t0 += group) {
-    const auto g = static_cast<std::size_t>(std::min(group, n - t0));
+  const std::size_t region = nb * g_max * (8 + 8 + 1), groups = static_cast<std::size_t>((n + group - 1) / group);
+  scratch.resize(region * groups);
+  TokenBlocks packed[2];
+  for (std::size_t gi = 0; gi < groups; ++gi) {
+    const std::size_t t0 = gi * static_cast<std::size_t>(group), g = std::min(static_cast<std::size_t>(n) - t0, g_max);
+    float* base = scratch.data() + gi * region;
+    auto* q = reinterpret_cast<std::int8_t*>(base);
+    auto* bias = reinterpret_cast<std::int32_t*>(base + nb * g_max * 8);
+    float* d = base + nb * g_max * 16;
     for (std::size_t t = 0; t < g; ++t) {
-      const QuantizedVec& v = xq[static_cast<std::size_t>(t0) + t];
-      const std::int32_t* bias = q8 ? v.bias_q8.data() : v.bias_q4.data();
+      const QuantizedVec& v = xq[t0 + t];
+      const std::int32_t* vb = q8 ? v.bias_q8.data() : v.bias_q4.data();
       for (std::size_t k = 0; k < nb; ++k) {
-        std::memcpy(packed_q + (k * g + t) * 32, v.q.data() + k * 32, 32);
-        std::memcpy(packed_bias + (k * g + t) * 8, bias + k * 8, 32);
-        packed_d[k * g + t] = v.d[k];
+        std::memcpy(q + (k * g + t) * 32, v.q.data() + k * 32, 32);
+        std::memcpy(bias + (k * g + t) * 8, vb + k * 8, 32);
+        d[k * g + t] = v.d[k];
       }
     }
-    const TokenBlocks x{packed_q, packed_bias, packed_d};
-    for (std::int64_t r = lo; r < hi; ++r) {
-      kernels[g - 1](s, reinterpret_cast<const Block*>(w.data + static_cast<std::size_t>(r) * w.row_bytes), x,
-                     static_cast<std::int64_t>(nb), pd);
-      for (std::size_t j = 0; j < g; ++j) out[(static_cast<std::size_t>(t0) + j) * ld + static_cast<std::size_t>(r - lo)] = s[j];
+    packed[gi] = TokenBlocks{q, bias, d};
+  }
+  float s[8];
+  for (std::int64_t r = lo; r < hi; ++r) {
+    const auto* row = reinterpret_cast<const Block*>(w.data + static_cast<std::size_t>(r) * w.row_bytes);
+    for (std::size_t gi = 0; gi < groups; ++gi) {
+      const std::size_t t0 = gi * static_cast<std::size_t>(group), g = std::min(static_cast<std::size_t>(n) - t0, g_max);
+      kernels[g - 1](s, row, packed[gi], static_cast<std::int64_t>(nb), pd);
+      for (std::size_t j = 0; j < g; ++j) out[(t0 + j) * ld + static_cast<std::size_t>(r - lo)] = s[j];
     }
   }
 }
