@@ -68,6 +68,7 @@ struct TextStream {
 // are in `logits`: n tokens (or up to a stop string) drawn and written as they are made.
 struct Continuation {
   std::size_t generated = 0;
+  std::size_t steps = 0;  // forward passes: the first token comes from the prompt's logits, so generated - 1 at most
   Clock::time_point first{};
 };
 
@@ -118,6 +119,7 @@ Result<Continuation> continue_sequence(const Options& o, const std::string& emit
     } else {
       LMP_TRY(model.forward(id, pos, cache, logits.data(), pool, seq_id));
     }
+    ++r.steps;
   }
   if (emit != "logits") LMP_TRY(out.write("\n"));
   return r;
@@ -186,7 +188,7 @@ Status run(const Options& o, cli::Output& out) {
   auto t1 = Clock::now();
   for (kv::SeqId k = 1; k < o.samples; ++k) LMP_TRY(cache->fork(0, k));
   const std::vector<float> prompt_logits = logits;
-  std::size_t generated = 0;
+  std::size_t generated = 0, steps = 0;
   Clock::time_point t_first{};
   for (kv::SeqId k = 0; k < o.samples; ++k) {
     LMP_ASSIGN(auto chain, sample::Chain::make(o.sampling));  // its penalties see this sample's history
@@ -195,9 +197,13 @@ Status run(const Options& o, cli::Output& out) {
     LMP_ASSIGN(auto r, continue_sequence(o, emit, *model, tok.get(), *cache, k, prompt, logits, chain, rng, pool, out));
     if (k == 0) t_first = r.first;
     generated += r.generated;
+    steps += r.steps;
   }
   auto t2 = Clock::now();
   const double pp = secs(t0, t1), gen = secs(t1, t2);
+  // The decode rate counts forward steps: N tokens take N - 1 of them (the first comes from the prompt's logits),
+  // so N / time would overstate it by N / (N - 1).
+  const double step_rate = gen > 0 ? static_cast<double>(steps) / gen : 0.0;
   const kv::KvStats ks = cache->stats();
   // K separate caches of the same layout would each hold their own copy of the prompt.
   std::uint64_t separate = 0;
@@ -208,22 +214,22 @@ Status run(const Options& o, cli::Output& out) {
   if (o.json) {
     cli::note(fmt::format(
         "{{\"model\":{},\"load_s\":{:.6f},\"prompt_tokens\":{},\"prompt_s\":{:.6f},\"prompt_tok_s\":{:.2f},"
-        "\"generated_tokens\":{},\"generate_s\":{:.6f},\"generate_tok_s\":{:.2f},\"time_to_first_token_s\":{:.6f},"
+        "\"generated_tokens\":{},\"decode_steps\":{},\"generate_s\":{:.6f},\"generate_tok_s\":{:.2f},\"time_to_first_token_s\":{:.6f},"
         "\"kv_cache_bytes\":{},\"kv_cache_allocated_bytes\":{},\"kv_cache_reserved_bytes\":{},\"kv_layout\":\"{}\","
         "\"kv_type\":\"{}\",\"kv_block\":{},\"kv_evict\":\"{}\",\"num_samples\":{},\"kv_separate_bytes\":{},"
         "\"kv_saved_fraction\":{:.4f},\"peak_rss_bytes\":{},\"threads\":{},\"cache\":{},"
         "\"weight_bytes_per_token\":{},\"kernels\":\"{}\",\"prefetch_bytes\":{},\"prefetch_float_bytes\":{},\"weights\":\"{}\"}}",
         [&] { std::string s; json::append_string(s, model->describe()); return s; }(), load_s, prompt.size(), pp,
-        static_cast<double>(prompt.size()) / pp, generated, gen, gen > 0 ? static_cast<double>(generated) / gen : 0.0,
+        static_cast<double>(prompt.size()) / pp, generated, steps, gen, step_rate,
         secs(t0, t_first), ks.used, ks.allocated, ks.reserved, kv::layout_name(kc.layout), kv::kv_type_name(kc.type),
         kc.block_size, kv::eviction_name(kc.eviction), o.samples, separate, saved, cli::peak_rss_bytes(), o.threads,
         !o.no_cache, model->weight_bytes_per_token(), model::kernel_name(), model::prefetch_distance(false), model::prefetch_distance(true), o.no_mmap ? "read" : "mapped"));
   } else {
     cli::note(fmt::format("{}", model->describe()));
-    cli::note(fmt::format("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s); "
-                          "first token after {:.3f} s",
-                          prompt.size(), pp, static_cast<double>(prompt.size()) / pp, generated, gen,
-                          gen > 0 ? static_cast<double>(generated) / gen : 0.0, secs(t0, t_first)));
+    cli::note(fmt::format("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({} decode steps, "
+                          "{:.1f} tok/s); first token after {:.3f} s",
+                          prompt.size(), pp, static_cast<double>(prompt.size()) / pp, generated, gen, steps, step_rate,
+                          secs(t0, t_first)));
     cli::note(fmt::format("KV cache ({}): {} in use, {} allocated, {} reserved{}; peak memory {}", kv_desc,
                           cli::human_bytes(static_cast<double>(ks.used)), cli::human_bytes(static_cast<double>(ks.allocated)),
                           cli::human_bytes(static_cast<double>(ks.reserved)),
