@@ -119,6 +119,13 @@ TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]"
           set_float_rows(k);
           widths.emplace_back(name, std::vector<float>(rows));
           matvec(widths.back().second.data(), w, x, &xq, 0, rows);
+          for (int cut : {1, 5, 6}) {  // each kernel: rows split between threads give the same bits
+            std::vector<float> split(rows);
+            matvec(split.data(), w, x, &xq, 0, cut);
+            matvec(split.data() + cut, w, x, &xq, cut, rows);
+            INFO(name << ", rows split at " << cut);
+            CHECK(split == widths.back().second);
+          }
         }
         set_float_rows(FloatRows::automatic);
         // Rows split between threads at any row give the same bits.
@@ -227,12 +234,14 @@ TEST_CASE("a few tokens at once: each row read once for all of them, the same bi
       for (int i = 0; i < rows; ++i)
         to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, deq.data() + static_cast<std::size_t>(i * cols), static_cast<std::size_t>(cols));
       for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16})
-        for (Int8Dots k8 : {Int8Dots::automatic, Int8Dots::avx2}) {
+        for (Int8Dots k8 : {Int8Dots::automatic, Int8Dots::ymm, Int8Dots::avx2}) {
           if (!int8 && k8 != Int8Dots::automatic) continue;
           set_int8_dots(k8);
           if (!matmul_few_available(t, n)) continue;
           INFO(dtype_name(t) << ", " << rows << " rows of " << cols << ", " << n << " tokens"
-                             << (k8 == Int8Dots::avx2 ? ", AVX2's int8 products" : ""));
+                             << (k8 == Int8Dots::avx2 ? ", AVX2's int8 products" : k8 == Int8Dots::ymm ? ", VNNI in 256 bits" : ""));
+          // q4_0's decode step in 512-bit registers adds a row's blocks in another order.
+          const bool zmm_decode = t == DType::q4_0 && q4_decode_zmm();
           std::vector<float> X(static_cast<std::size_t>(n * cols));
           for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
           const auto ld = static_cast<std::size_t>(rows);
@@ -246,10 +255,13 @@ TEST_CASE("a few tokens at once: each row read once for all of them, the same bi
             REQUIRE(split == whole);
           }
           for (int tok = 0; tok < n; ++tok) {
-            if (int8) {  // the decode step's product, bit for bit
+            if (int8) {  // the decode step's product, bit for bit (to rounding after the 512-bit q4_0 step)
               std::vector<float> one(ld);
               matvec(one.data(), w, X.data() + tok * cols, &xq[static_cast<std::size_t>(tok)], 0, rows);
-              REQUIRE(std::equal(one.begin(), one.end(), whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tok) * ld)));
+              const auto few = whole.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tok) * ld);
+              if (!zmm_decode) REQUIRE(std::equal(one.begin(), one.end(), few));
+              else
+                for (std::size_t i = 0; i < ld; ++i) REQUIRE(one[i] == Approx(few[static_cast<std::ptrdiff_t>(i)]).margin(1e-5));
               continue;
             }
             for (int i = 0; i < rows; ++i) {
@@ -591,7 +603,8 @@ TEST_CASE("q8_0 and q4_0 matvec equal their integer sums at every row length, wi
           want[static_cast<std::size_t>(i)] += term;
           size[static_cast<std::size_t>(i)] += std::fabs(term);
         }
-      for (auto [name, k] : {std::pair{"automatic", Int8Dots::automatic}, std::pair{"AVX2", Int8Dots::avx2}}) {
+      for (auto [name, k] : {std::pair{"automatic", Int8Dots::automatic}, std::pair{"VNNI in 256 bits", Int8Dots::ymm},
+                             std::pair{"AVX2", Int8Dots::avx2}}) {
         set_int8_dots(k);
         std::vector<float> got(rows);
         matvec(got.data(), w, x.data(), &xq, 0, rows);

@@ -21,7 +21,16 @@ constexpr std::size_t kAutomatic = ~std::size_t{0};
 std::atomic<std::size_t> g_prefetch{kDefaultPrefetch}, g_prefetch_float{kAutomatic};
 std::atomic<FloatRows> g_float_rows{FloatRows::automatic};  // set_float_rows
 std::atomic<Int8Dots> g_int8_dots{Int8Dots::automatic};     // set_int8_dots
-bool use_vnni() { return cpu::avx512_vnni() && g_int8_dots.load(std::memory_order_relaxed) == Int8Dots::automatic; }
+// Float rows in 512-bit registers (set_float_rows): where the CPU has AVX-512 and runs it whole.
+bool wide_float_rows() {
+  const FloatRows fr = g_float_rows.load(std::memory_order_relaxed);
+  return cpu::avx512() && (fr == FloatRows::avx512 || (fr == FloatRows::automatic && !cpu::avx512_halves()));
+}
+bool use_vnni() { return cpu::avx512_vnni() && g_int8_dots.load(std::memory_order_relaxed) != Int8Dots::avx2; }
+// The q4_0 decode step in 512-bit registers (dot_q4_zmm).
+bool use_zmm_q4() {
+  return cpu::avx512_vbmi() && !cpu::avx512_halves() && g_int8_dots.load(std::memory_order_relaxed) == Int8Dots::automatic;
+}
 
 // ---- scalar reference kernels ----------------------------------------------------------
 
@@ -80,9 +89,19 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const std::uint16_t
 __attribute__((target("avx2,fma,f16c"))) inline float load1(const float* a) { return *a; }
 __attribute__((target("avx2,fma,f16c"))) inline float load1(const std::uint16_t* a) { return _cvtsh_ss(*a); }
 
-// An f32 or f16 row against x in 256-bit registers: four accumulators of 8, 32 numbers a
-// step (the f16 kernel with two accumulators read 10% slower on Zen 4), the prefetch one
-// step's lines ahead.
+// A bf16 weight, told apart from an f16 one by its type.
+struct Bf16 {
+  std::uint16_t bits;
+};
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const Bf16* a) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+__attribute__((target("avx2,fma,f16c"))) inline float load1(const Bf16* a) { return bf16_to_f32(a->bits); }
+
+// An f32, f16 or bf16 row against x in 256-bit registers: four accumulators of 8, 32
+// numbers a step (the f16 kernel with two accumulators read 10% slower on Zen 4; bf16 took
+// two until this loop served it too), the prefetch one step's lines ahead.
 template <class T>
 __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const T* a, const float* x, std::int64_t n, std::ptrdiff_t pd) {
   constexpr int lines = static_cast<int>(32 * sizeof(T) / 64);
@@ -101,74 +120,84 @@ __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const T* a, const float*
   return s;
 }
 
-__attribute__((target("avx512f,avx2,fma"))) float dot_f32_avx512(const float* a, const float* x, std::int64_t n,
-                                                                std::ptrdiff_t pd) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  std::int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    prefetch_ahead(a + i, pd, 4);
-    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(x + i), s0);
-    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(x + i + 16), s1);
-    s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(x + i + 32), s2);
-    s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(x + i + 48), s3);
-  }
-  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(x + i), s0);
-  // Summed through memory: GCC 12 warns of uninitialized values inside _mm512_reduce_add_ps
-  // and the 256-bit extracts.
-  float lanes[16];
-  _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
-  float s = 0;
-  for (float v : lanes) s += v;
-  for (; i < n; ++i) s += a[i] * x[i];
-  return s;
+// 16 f16 or bf16 numbers → f32 (the masked forms: GCC 12 warns of an undefined value in
+// the plain ones).
+__attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))) inline __m512 load16(const std::uint16_t* a) {
+  return _mm512_mask_cvtph_ps(_mm512_setzero_ps(), static_cast<__mmask16>(0xFFFF),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+}
+__attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))) inline __m512 load16(const Bf16* a) {
+  const __m512i w = _mm512_maskz_cvtepu16_epi32(static_cast<__mmask16>(0xFFFF), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(static_cast<__mmask16>(0xFFFF), w, 16));
 }
 
-// f16 → f32, 16 at a time (the masked form: GCC 12 warns of an undefined value in the plain one).
-__attribute__((target("avx512f,avx2,fma,f16c"))) inline __m512 cvt16(__m256i h) {
-  return _mm512_mask_cvtph_ps(_mm512_setzero_ps(), static_cast<__mmask16>(0xFFFF), h);
-}
-
-__attribute__((target("avx512f,avx2,fma,f16c"))) float dot_f16_avx512(const std::uint16_t* a, const float* x, std::int64_t n,
-                                                                     std::ptrdiff_t pd) {
+// An f16 or bf16 row against x in 512-bit registers, 64 numbers a step into four
+// accumulators. Rows whose length is no multiple of 64 (stories15M's 288): the rest 16 and
+// 8 at a time, and the last few one by one (the scalar loop of before took 14% of a step).
+template <class T>
+__attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))) float dot_half_avx512(const T* a, const float* x, std::int64_t n,
+                                                                                std::ptrdiff_t pd) {
   __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   std::int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
     prefetch_ahead(a + i, pd, 2);
-    s0 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i))), _mm512_loadu_ps(x + i), s0);
-    s1 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 16))), _mm512_loadu_ps(x + i + 16), s1);
-    s2 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 32))), _mm512_loadu_ps(x + i + 32), s2);
-    s3 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 48))), _mm512_loadu_ps(x + i + 48), s3);
+    s0 = _mm512_fmadd_ps(load16(a + i), _mm512_loadu_ps(x + i), s0);
+    s1 = _mm512_fmadd_ps(load16(a + i + 16), _mm512_loadu_ps(x + i + 16), s1);
+    s2 = _mm512_fmadd_ps(load16(a + i + 32), _mm512_loadu_ps(x + i + 32), s2);
+    s3 = _mm512_fmadd_ps(load16(a + i + 48), _mm512_loadu_ps(x + i + 48), s3);
   }
-  // Rows whose length is no multiple of 64 (stories15M's 288): the rest 16 and 8 at a
-  // time, and the last few through F16C. The scalar loop of before took 14% of a step.
-  for (; i + 16 <= n; i += 16)
-    s1 = _mm512_fmadd_ps(cvt16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i))), _mm512_loadu_ps(x + i), s1);
+  for (; i + 16 <= n; i += 16) s1 = _mm512_fmadd_ps(load16(a + i), _mm512_loadu_ps(x + i), s1);
   __m256 t = _mm256_setzero_ps();
-  for (; i + 8 <= n; i += 8)
-    t = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))), _mm256_loadu_ps(x + i), t);
+  for (; i + 8 <= n; i += 8) t = _mm256_fmadd_ps(load8(a + i), _mm256_loadu_ps(x + i), t);
   float lanes[16];
   _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
   float s = hsum(t);
   for (float v : lanes) s += v;
-  for (; i < n; ++i) s += _cvtsh_ss(a[i]) * x[i];
+  for (; i < n; ++i) s += load1(a + i) * x[i];
   return s;
 }
 
-__attribute__((target("avx2,fma"))) float dot_bf16_avx2(const std::uint16_t* a, const float* x, std::int64_t n,
-                                                        std::ptrdiff_t pd) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+// R f32 rows against x in 512-bit registers, 16 numbers of each row a step into one
+// accumulator per row: R streams through memory at once, x's 16 numbers loaded once for all
+// of them, the order of llama.cpp's f32 kernel. On Zen 5 (TinyLlama, one thread) 4 rows at
+// a time decode at 7.8-8.0 tok/s against 5.8-6.1 for one row at a time in 512-bit registers
+// and 5-6.5 in 256-bit ones (docs/benchmarks.md). f16 rows 2, 4 or 8 at a time measured
+// no faster there, so f16 and bf16 rows keep dot_half_avx512. Each stream
+// prefetches `pd` / R bytes ahead, so the bytes in flight are those of one row's setting.
+// A row's arithmetic does not depend on R (its own chain of multiply-adds, then its lanes
+// and tail in order, the tail by explicit multiply-adds), so the rows' split between
+// threads changes no bit.
+template <int R>
+__attribute__((target("avx512f,avx2,fma"))) void dot_rows_f32_avx512(const float* a, std::size_t lda, const float* x,
+                                                                    std::int64_t n, std::ptrdiff_t pd, float* out) {
+  __m512 s[R];
+  for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_ps();
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    if ((i & 31) == 0) prefetch_ahead(a + i, pd, 1);
-    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
-    __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
-    __m256 w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
-    s0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), s0);
-    s1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), s1);
+    for (int r = 0; r < R; ++r) prefetch_ahead(a + static_cast<std::size_t>(r) * lda + i, pd, 1);
+    const __m512 xv = _mm512_loadu_ps(x + i);
+    for (int r = 0; r < R; ++r) s[r] = _mm512_fmadd_ps(_mm512_loadu_ps(a + static_cast<std::size_t>(r) * lda + i), xv, s[r]);
   }
-  float s = hsum(_mm256_add_ps(s0, s1));
-  for (; i < n; ++i) s += bf16_to_f32(a[i]) * x[i];
-  return s;
+  for (int r = 0; r < R; ++r) {
+    float lanes[16];  // summed through memory: GCC 12 warns inside _mm512_reduce_add_ps
+    _mm512_storeu_ps(lanes, s[r]);
+    float t = 0;
+    for (float v : lanes) t += v;
+    for (std::int64_t k = i; k < n; ++k) t = std::fma(a[static_cast<std::size_t>(r) * lda + static_cast<std::size_t>(k)], x[k], t);
+    out[r] = t;
+  }
+}
+
+// Rows lo..hi of an f32 matrix, 4 at a time (dot_rows_f32_avx512).
+__attribute__((target("avx512f,avx2,fma"))) void matvec_f32_avx512(float* out, const Weight& w, const float* x, std::int64_t lo,
+                                                                  std::int64_t hi, std::ptrdiff_t pd) {
+  constexpr int R = 4;
+  const std::size_t lda = w.row_bytes / sizeof(float);
+  const auto* a = reinterpret_cast<const float*>(w.data);
+  std::int64_t r = lo;
+  for (; r + R <= hi; r += R)
+    dot_rows_f32_avx512<R>(a + static_cast<std::size_t>(r) * lda, lda, x, w.cols, pd / R, out + (r - lo));
+  for (; r < hi; ++r) dot_rows_f32_avx512<1>(a + static_cast<std::size_t>(r) * lda, lda, x, w.cols, pd / R, out + (r - lo));
 }
 
 // Long rows on the AVX2 path (f32, f16, bf16). A row of 5632 (TinyLlama's down projection) has
@@ -213,16 +242,6 @@ __attribute__((target("avx2,fma,f16c"))) void matvec_tiled(float* out, const Wei
 }
 
 // ---- a few tokens at once: each row read once for all of them ---------------------------
-
-// A bf16 weight, told apart from an f16 one by its type.
-struct Bf16 {
-  std::uint16_t bits;
-};
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const Bf16* a) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-__attribute__((target("avx2,fma,f16c"))) inline float load1(const Bf16* a) { return bf16_to_f32(a->bits); }
 
 // s[r · 4 + t] = a_r[0, len) · x_t[0, len) for R rows a_r = a + r · lda and NT tokens, the
 // x_t packed in steps of 8 columns: column i of token t at xp[(i / 8) · step + t · 8 + i % 8].
@@ -468,6 +487,90 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) void dots_
   constexpr bool Paired = true;
   LMP_DOTS_INT8(madd_u8_vnni, LMP_Q8_UNSIGNED, 4)
 }
+// The q4_0 decode step in 512-bit registers (VNNI and VBMI, on CPUs that do not split them
+// in halves: Zen 5, Intel), two blocks a step, four a loop into two accumulators. One 64-byte
+// load holds blocks k and k + 1 (36 bytes); a byte permute lays each block's 16 bytes out
+// twice (lanes 0-31 for block k, 32-63 for k + 1), a shift of the second copies by 4 and a
+// mask give both blocks' nibbles, and one multiply-add takes the 64 activations from the
+// bias (−8 · Σ x), as in LMP_DOTS_INT8. The scales' f16 bytes come out of the same bytes by a
+// 256-bit permute, block k's in lanes 0-7 and k + 1's in 8-15, as the sums. The last steps
+// load only the row's own bytes (masked): a full load would read past the matrix. Per block
+// that is about half the instructions of dots_q4_vnni<1>, which sets a scale from scalars
+// and loads, shifts and masks each block alone: 1.05-1.4× its decode speed on Zen 5, one
+// thread (docs/benchmarks.md).
+// A row's blocks are added in another order than dots_q4_vnni's, so the few-token products
+// (which keep the 256-bit kernel) match these to rounding, not bit for bit.
+// GCC 12 warns of undefined values inside its own 512-bit permute, shift and load intrinsics
+// (their unmasked forms start from an undefined register); the code reads none. Clang has
+// neither the warning nor its name.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+struct Q4ZmmConsts {
+  __m512i perm, shift, low4;
+  __m256i dperm;
+  __m512i xdperm;
+};
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c"))) inline Q4ZmmConsts q4_zmm_consts() {
+  alignas(64) std::uint8_t perm[64];
+  alignas(32) std::uint8_t dperm[32];
+  for (int i = 0; i < 64; ++i) perm[i] = static_cast<std::uint8_t>((i < 32 ? 2 : 20) + i % 16);
+  for (int i = 0; i < 32; ++i) dperm[i] = static_cast<std::uint8_t>((i < 16 ? 0 : 18) + i % 2);
+  Q4ZmmConsts c;
+  c.perm = _mm512_load_si512(perm);
+  c.shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);  // qwords 2-3 and 6-7: the high nibbles
+  c.low4 = _mm512_set1_epi8(0x0F);
+  c.dperm = _mm256_load_si256(reinterpret_cast<const __m256i*>(dperm));
+  c.xdperm = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  return c;
+}
+
+// Blocks k and k + 1 of a row (only k when one == true) against x, added to acc.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c"), always_inline)) inline __m512 q4_zmm_step(
+    const Q4ZmmConsts& c, const BlockQ4_0* w, const TokenBlocks& x, std::int64_t k, bool full, bool one, __m512 acc) {
+  const __mmask64 bytes = one ? (__mmask64{1} << 18) - 1 : (__mmask64{1} << 36) - 1;
+  const __m512i raw = full ? _mm512_loadu_si512(w + k) : _mm512_maskz_loadu_epi8(bytes, w + k);
+  const __m256i head = full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k))
+                            : _mm256_maskz_loadu_epi8(static_cast<__mmask32>(bytes), w + k);
+  const __m512i nib = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi8(c.perm, raw), c.shift), c.low4);
+  const __m512i xv = one ? _mm512_maskz_loadu_epi8(0xFFFFFFFFull, x.q + k * 32) : _mm512_loadu_si512(x.q + k * 32);
+  const __m512i bias = one ? _mm512_maskz_loadu_epi32(0x00FF, x.bias + k * 8) : _mm512_loadu_si512(x.bias + k * 8);
+  const __m512 dw = _mm512_mask_cvtph_ps(_mm512_setzero_ps(), static_cast<__mmask16>(0xFFFF), _mm256_permutexvar_epi8(c.dperm, head));
+  const __m512 xd = _mm512_permutexvar_ps(c.xdperm, _mm512_maskz_loadu_ps(one ? 0x1 : 0x3, x.d + k));
+  const __m512 prod = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, nib, xv));
+  return _mm512_fmadd_ps(prod, _mm512_mul_ps(dw, xd), acc);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c"))) float dot_q4_zmm(const BlockQ4_0* w,
+                                                                                                      TokenBlocks x, std::int64_t nb,
+                                                                                                      std::ptrdiff_t pd) {
+  const Q4ZmmConsts c = q4_zmm_consts();
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+  std::int64_t k = 0;
+  // Full 64-byte loads while 4 blocks (72 bytes) remain from the load's start.
+  for (; k + 4 <= nb; k += 4) {
+    prefetch_ahead(w + k, pd, 2);  // 72 bytes a loop: two lines, so that none is missed
+    acc0 = q4_zmm_step(c, w, x, k, true, false, acc0);
+    acc1 = q4_zmm_step(c, w, x, k + 2, k + 6 <= nb, false, acc1);
+  }
+  if (k + 2 <= nb) {
+    acc0 = q4_zmm_step(c, w, x, k, false, false, acc0);
+    k += 2;
+  }
+  if (k < nb) acc1 = q4_zmm_step(c, w, x, k, false, true, acc1);
+  // Summed through memory: GCC 12 warns of uninitialized values inside _mm512_reduce_add_ps.
+  float lanes[16];
+  _mm512_storeu_ps(lanes, _mm512_add_ps(acc0, acc1));
+  float s = 0;
+  for (float v : lanes) s += v;
+  return s;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 #undef LMP_DOT_Q8
 #undef LMP_DOTS_INT8
 #undef LMP_INT8_BLOCK
@@ -491,9 +594,10 @@ std::size_t prefetch_distance(bool float_rows) {
 }
 void set_float_rows(FloatRows k) { g_float_rows.store(k, std::memory_order_relaxed); }
 void set_int8_dots(Int8Dots k) { g_int8_dots.store(k, std::memory_order_relaxed); }
+bool q4_decode_zmm() { return use_zmm_q4(); }
 
 const char* kernel_name() {
-  if (cpu::avx512_vnni()) return cpu::avx512_halves() ? "avx512-vnni (f32, f16: avx2)" : "avx512-vnni";
+  if (cpu::avx512_vnni()) return cpu::avx512_halves() ? "avx512-vnni (f32, f16, bf16: avx2)" : "avx512-vnni";
   return cpu::avx2() ? "avx2" : "scalar";
 }
 
@@ -563,10 +667,7 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
 
 void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi) {
   const std::int64_t n = w.cols;
-  // f32 and f16 rows: AVX-512 unless the CPU splits it in halves (set_float_rows).
-  const FloatRows fr = g_float_rows.load(std::memory_order_relaxed);
-  const bool avx2 = cpu::avx2(), vnni = use_vnni(),
-             avx512 = cpu::avx512() && (fr == FloatRows::avx512 || (fr == FloatRows::automatic && !cpu::avx512_halves()));
+  const bool avx2 = cpu::avx2(), vnni = use_vnni(), zmm_q4 = use_zmm_q4(), avx512 = wide_float_rows();
   // A thread's rows are one contiguous stream; the dot products prefetch a fixed distance
   // ahead in it (past the row's end, into the next rows), see set_prefetch_distance.
   const bool float_rows = w.dtype == DType::f32 || w.dtype == DType::f16 || w.dtype == DType::bf16;
@@ -574,30 +675,32 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
   if (!avx512 && avx2 && n >= kLongRow) {
     if (w.dtype == DType::f32) return matvec_tiled<float, dot_avx2<float>>(out, w, x, lo, hi);
     if (w.dtype == DType::f16) return matvec_tiled<std::uint16_t, dot_avx2<std::uint16_t>>(out, w, x, lo, hi);
-    if (w.dtype == DType::bf16) return matvec_tiled<std::uint16_t, dot_bf16_avx2>(out, w, x, lo, hi);
+    if (w.dtype == DType::bf16) return matvec_tiled<Bf16, dot_avx2<Bf16>>(out, w, x, lo, hi);
   }
+  if (avx512 && w.dtype == DType::f32) return matvec_f32_avx512(out, w, x, lo, hi, pd);
   for (std::int64_t r = lo; r < hi; ++r) {
     const std::byte* row = w.data + static_cast<std::size_t>(r) * w.row_bytes;
     float s = 0;
     switch (w.dtype) {
       case DType::f32: {
         const auto* a = reinterpret_cast<const float*>(row);
-        s = avx512 ? dot_f32_avx512(a, x, n, pd) : avx2 ? dot_avx2(a, x, n, pd) : dot_f32_scalar(a, x, n);
+        s = avx2 ? dot_avx2(a, x, n, pd) : dot_f32_scalar(a, x, n);
         break;
       }
       case DType::f16: {
         const auto* a = reinterpret_cast<const std::uint16_t*>(row);
-        if (avx512) s = dot_f16_avx512(a, x, n, pd);
+        if (avx512) s = dot_half_avx512(a, x, n, pd);
         else if (avx2) s = dot_avx2(a, x, n, pd);
         else
           for (std::int64_t i = 0; i < n; ++i) s += f16_to_f32(a[i]) * x[i];
         break;
       }
       case DType::bf16: {
-        const auto* a = reinterpret_cast<const std::uint16_t*>(row);
-        if (avx2) s = dot_bf16_avx2(a, x, n, pd);
+        const auto* a = reinterpret_cast<const Bf16*>(row);
+        if (avx512) s = dot_half_avx512(a, x, n, pd);
+        else if (avx2) s = dot_avx2(a, x, n, pd);
         else
-          for (std::int64_t i = 0; i < n; ++i) s += bf16_to_f32(a[i]) * x[i];
+          for (std::int64_t i = 0; i < n; ++i) s += bf16_to_f32(a[i].bits) * x[i];
         break;
       }
       case DType::q8_0: {
@@ -610,7 +713,8 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
       case DType::q4_0: {
         const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
         const TokenBlocks x1{xq->q.data(), xq->bias_q4.data(), xq->d.data()};
-        if (vnni) dots_q4_vnni<1>(&s, b, x1, n / 32, pd);
+        if (zmm_q4) s = dot_q4_zmm(b, x1, n / 32, pd);
+        else if (vnni) dots_q4_vnni<1>(&s, b, x1, n / 32, pd);
         else if (avx2) dots_q4_avx2<1>(&s, b, x1, n / 32, pd);
         else s = dot_q4_scalar(b, xq->q.data(), xq->d.data(), n / 32);
         break;

@@ -143,20 +143,26 @@ void reset_prefetch_distance();
 // The distance in force for f32, f16 and bf16 rows (float_rows) or for q8_0 and q4_0 ones.
 std::size_t prefetch_distance(bool float_rows);
 
-// How matvec streams f32 and f16 rows: automatic = 512-bit registers where the CPU has
-// AVX-512 and runs it whole, 256-bit ones (the AVX2 kernels) where it splits it in halves.
+// How matvec streams f32, f16 and bf16 rows: automatic = 512-bit registers where the CPU
+// has AVX-512 and runs it whole (f32 rows 4 at a time), 256-bit ones (the AVX2 kernels)
+// where it splits it in halves.
 // Process-wide; the unit tests take each path in turn on any CPU. avx512 without AVX-512
 // is avx2.
 enum class FloatRows { automatic, avx2, avx512 };
 void set_float_rows(FloatRows k);
 
 // The q8_0 and q4_0 rows' decode-step and few-token products: VNNI's multiply-adds where
-// the CPU has them (automatic), or AVX2's (two instructions for one) on any AVX2 CPU.
-// Process-wide, for the unit tests, which take both paths on a VNNI CPU.
-enum class Int8Dots { automatic, avx2 };
+// the CPU has them (automatic; q4_0's decode step in 512-bit registers where the CPU has
+// VBMI and does not split them in halves), VNNI in 256-bit registers alone (ymm: the
+// few-token products' order, bit for bit), or AVX2's (two instructions for one) on any AVX2
+// CPU. Process-wide, for the unit tests, which take every path the CPU has.
+enum class Int8Dots { automatic, ymm, avx2 };
 void set_int8_dots(Int8Dots k);
+// Whether q4_0's decode step runs in 512-bit registers now (CPU and set_int8_dots): it adds a
+// row's blocks in another order than the few-token products, which then match it to rounding.
+bool q4_decode_zmm();
 
-// Which kernels this CPU runs: "avx512-vnni", "avx512-vnni (f32, f16: avx2)", "avx2",
+// Which kernels this CPU runs: "avx512-vnni", "avx512-vnni (f32, f16, bf16: avx2)", "avx2",
 // or "scalar".
 const char* kernel_name();
 
