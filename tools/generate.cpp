@@ -270,7 +270,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"text", "ids", "logits"}));
   app.add_flag("--no-cache", o.no_cache, "recompute the whole sequence at every step (same logits, slower)");
   app.add_flag("--no-mmap", o.no_mmap,
-               "read the model into memory (huge pages where the kernel gives them) instead of mapping it: slower to "
+               "read the model into memory (huge pages where the kernel gives them, rows on cache lines) instead of mapping it: slower to "
                "start, faster decoding where the page cache's small pages cost bandwidth (docs/generate.md)");
   app.add_option("--prefetch", o.prefetch,
                  "bytes ahead that the decode step prefetches the weights it streams, every weight type (default "

@@ -82,6 +82,11 @@ TEST_CASE("a file read into memory holds the same bytes as its mapping", "[core]
   CHECK(copied.value().view() == bytes);
   CHECK(copied.value().name() == p);
   CHECK(reinterpret_cast<std::uintptr_t>(copied.value().data()) % (std::uintptr_t{2} << 20) == 0);
+  // Byte 100 of the file on a cache line: the same bytes, 28 bytes into the block.
+  auto shifted = MappedFile::open(p, MappedFile::Load::copy, 100);
+  REQUIRE(shifted.ok());
+  CHECK(shifted.value().view() == bytes);
+  CHECK(reinterpret_cast<std::uintptr_t>(shifted.value().data() + 100) % 64 == 0);
   // Moved, the block goes with it and is freed once.
   MappedFile moved = std::move(copied.value());
   CHECK(moved.view() == bytes);

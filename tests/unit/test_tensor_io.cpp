@@ -268,6 +268,62 @@ TEST_CASE("llama2.c checkpoints and tokenizer.bin round-trip", "[tensor_io][llam
   for (auto* q : {&p, &p2, &tp}) std::remove(q->c_str());
 }
 
+TEST_CASE("a tensor file read into memory puts the most tensor bytes on cache lines", "[tensor_io][mmap]") {
+  auto on_line = [](const std::byte* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; };
+  auto vals = random_floats(256, 31);
+  // GGUF's default alignment of 32, a data section on a cache line (a name of the length
+  // that puts it there), and a 32-byte tensor that moves the two after it to the middle of
+  // a line: 2048 bytes there against 1056 at the data section's start, so the copy moves.
+  std::string p = temp_path("a32.gguf");
+  bool placed = false;
+  for (std::size_t pad = 0; pad < 64 && !placed; ++pad) {
+    REQUIRE(write_gguf(p, {{"general.name", MetaValue::of_string(std::string(pad, 'x'))}},
+                       {{"a", DType::f32, {4, 64}, vals.data()},
+                        {"norm", DType::f32, {8}, vals.data()},
+                        {"b", DType::f32, {4, 64}, vals.data()},
+                        {"c", DType::f32, {4, 64}, vals.data()}})
+                .ok());
+    auto f = TensorFile::open(p);
+    REQUIRE(f.ok());
+    placed = (*f)->find("a")->offset % 64 == 0;
+  }
+  REQUIRE(placed);
+  auto mapped = TensorFile::open(p);
+  auto copied = TensorFile::open(p, MappedFile::Load::copy);
+  REQUIRE(mapped.ok());
+  REQUIRE(copied.ok());
+  CHECK((*copied)->tensors().size() == 4);
+  CHECK_FALSE(on_line((*mapped)->data(*(*mapped)->find("b"))));  // where the file puts it
+  CHECK(on_line((*copied)->data(*(*copied)->find("b"))));
+  CHECK(on_line((*copied)->data(*(*copied)->find("c"))));
+  CHECK_FALSE(on_line((*copied)->data(*(*copied)->find("a"))));
+  for (const auto& t : (*mapped)->tensors()) {
+    const auto* u = (*copied)->find(t.name);
+    REQUIRE(u);
+    CHECK(u->offset == t.offset);
+    CHECK(std::memcmp((*copied)->data(*u), (*mapped)->data(t), t.nbytes) == 0);
+  }
+  CHECK((*copied)->meta("general.name")->s == (*mapped)->meta("general.name")->s);
+
+  // llama2.c: the arrays start at byte 28, all of them 4 bytes past a multiple of 64 here.
+  const std::int32_t hdr[7] = {16, 32, 1, 2, 2, 4, 4};
+  std::size_t floats = 4 * 16 + 16 + 4 * 256 + 16 + 3 * 512 + 16 + 2 * 4 * 4;
+  auto w = random_floats(floats, 37);
+  std::string blob(reinterpret_cast<const char*>(hdr), 28);
+  blob.append(reinterpret_cast<const char*>(w.data()), w.size() * 4);
+  std::string q = temp_path("a.bin");
+  REQUIRE(io::write_file_atomic(q, blob).ok());
+  auto l2c = TensorFile::open(q, MappedFile::Load::copy);
+  REQUIRE(l2c.ok());
+  CHECK((*l2c)->format() == Format::llama2c);
+  for (const auto& t : (*l2c)->tensors()) {
+    CHECK(on_line((*l2c)->data(t)));
+    CHECK(std::memcmp((*l2c)->data(t), blob.data() + t.offset, t.nbytes) == 0);
+  }
+  std::remove(p.c_str());
+  std::remove(q.c_str());
+}
+
 TEST_CASE("lying and truncated headers give located errors, never a crash or a huge allocation",
           "[tensor_io][bad]") {
   auto vals = random_floats(64, 29);

@@ -22,9 +22,10 @@ namespace lmp {
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   if (this == &o) return *this;
   if (mapped_ && data_) ::munmap(const_cast<std::byte*>(data_), size_);
-  if (owned_) big_free(owned_, size_);
+  if (owned_) big_free(owned_, owned_size_);
   mapped_ = o.mapped_;
   owned_ = std::exchange(o.owned_, nullptr);
+  owned_size_ = std::exchange(o.owned_size_, 0);
   size_ = o.size_;
   name_ = std::move(o.name_);
   buffer_ = std::move(o.buffer_);
@@ -37,7 +38,7 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
 
 MappedFile::~MappedFile() {
   if (mapped_ && data_) ::munmap(const_cast<std::byte*>(data_), size_);
-  if (owned_) big_free(owned_, size_);
+  if (owned_) big_free(owned_, owned_size_);
 }
 
 namespace {
@@ -88,7 +89,7 @@ Status read_whole(int fd, std::byte* dst, std::size_t size, const std::string& p
 
 }  // namespace
 
-Result<MappedFile> MappedFile::open(const std::string& path, Load how) {
+Result<MappedFile> MappedFile::open(const std::string& path, Load how, std::size_t align_at) {
   MappedFile m;
   if (path != "-") {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -105,21 +106,23 @@ Result<MappedFile> MappedFile::open(const std::string& path, Load how) {
     }
     if (S_ISREG(st.st_mode) && st.st_size > 0 && how == Load::copy) {
       const auto size = static_cast<std::size_t>(st.st_size);
+      const std::size_t lead = (64 - align_at % 64) % 64;  // the block is 2 MiB-aligned
       void* p = nullptr;
       try {
-        p = big_allocate(size);
+        p = big_allocate(size + lead);
       } catch (const std::bad_alloc&) {
         ::close(fd);
         throw;  // the boundary's "memory limit reached" (or out of memory)
       }
-      Status st_read = read_whole(fd, static_cast<std::byte*>(p), size, path);
+      Status st_read = read_whole(fd, static_cast<std::byte*>(p) + lead, size, path);
       ::close(fd);
       if (!st_read.ok()) {
-        big_free(p, size);
+        big_free(p, size + lead);
         return std::move(st_read).error();
       }
       m.owned_ = p;
-      m.data_ = static_cast<const std::byte*>(p);
+      m.owned_size_ = size + lead;
+      m.data_ = static_cast<const std::byte*>(p) + lead;
       m.size_ = size;
       m.name_ = path;
       return m;

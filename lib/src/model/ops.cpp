@@ -159,10 +159,10 @@ __attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))) float dot_half_avx512(
 
 // R f32 rows against x in 512-bit registers, 16 numbers of each row a step into one
 // accumulator per row: R streams through memory at once, x's 16 numbers loaded once for all
-// of them, the order of llama.cpp's f32 kernel. On Zen 5 (TinyLlama, one thread) 4 rows at
-// a time decode at 7.8-8.0 tok/s against 5.8-6.1 for one row at a time in 512-bit registers
-// and 5-6.5 in 256-bit ones (docs/benchmarks.md). f16 rows 2, 4 or 8 at a time measured
-// no faster there, so f16 and bf16 rows keep dot_half_avx512. Each stream
+// of them. On Zen 5 (TinyLlama, one thread) 4 rows at a time decode at 7.3-7.8 tok/s
+// against 5.5-6.5 one row at a time (docs/generate.md, all rounds; docs/benchmarks.md).
+// f16 rows 2, 4 or 8 at a time measured no faster there, so f16 and bf16 rows keep
+// dot_half_avx512. Each stream
 // prefetches `pd` / R bytes ahead, so the bytes in flight are those of one row's setting.
 // A row's arithmetic does not depend on R (its own chain of multiply-adds, then its lanes
 // and tail in order, the tail by explicit multiply-adds), so the rows' split between

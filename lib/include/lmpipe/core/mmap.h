@@ -21,7 +21,11 @@ namespace lmp {
 class MappedFile {
  public:
   enum class Load : std::uint8_t { map, copy };
-  static Result<MappedFile> open(const std::string& path, Load how = Load::map);
+  // With Load::copy, byte `align_at` of the file lands on a 64-byte boundary (a cache
+  // line): a loader that knows where its data starts asks for that byte, so that rows
+  // the file keeps 64-byte aligned from there are aligned in memory too (0: the file's
+  // first byte, as a mapping places it).
+  static Result<MappedFile> open(const std::string& path, Load how = Load::map, std::size_t align_at = 0);
   MappedFile() = default;
   MappedFile(MappedFile&& o) noexcept { *this = std::move(o); }
   MappedFile& operator=(MappedFile&& o) noexcept;
@@ -41,6 +45,7 @@ class MappedFile {
   std::size_t size_ = 0;
   bool mapped_ = false;
   void* owned_ = nullptr;  // Load::copy: the big_allocate block holding the bytes
+  std::size_t owned_size_ = 0;  // its size: size_ plus the lead that aligns byte align_at
   std::string buffer_;  // the bytes of an input that could not be mapped
   std::string name_;
 };
