@@ -131,7 +131,8 @@ __attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))) inline __m512 load16(c
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(static_cast<__mmask16>(0xFFFF), w, 16));
 }
 
-// An f16 or bf16 row against x in 512-bit registers, 64 numbers a step into four
+__attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))) inline __m512 load16(const float* a) { return _mm512_loadu_ps(a); }
+// An f32, f16 or bf16 row against x in 512-bit registers, 64 numbers a step into four
 // accumulators. Rows whose length is no multiple of 64 (stories15M's 288): the rest 16 and
 // 8 at a time, and the last few one by one (the scalar loop of before took 14% of a step).
 template <class T>
@@ -188,13 +189,21 @@ __attribute__((target("avx512f,avx2,fma"))) void dot_rows_f32_avx512(const float
   }
 }
 
-// Rows lo..hi of an f32 matrix, 4 at a time (dot_rows_f32_avx512).
+// Rows lo..hi of an f32 matrix, 4 at a time (dot_rows_f32_avx512), or one at a time where
+// they are short: rows of 768 (stories110M) decode 6-15% faster one at a time, one
+// stream through the matrix instead of four that jump ahead at every fourth row; rows of
+// 2048 (TinyLlama) 5% slower (Zen 5, one thread, paired rounds; docs/benchmarks.md).
+inline constexpr std::int64_t kShortF32Row = 1024;
 __attribute__((target("avx512f,avx2,fma"))) void matvec_f32_avx512(float* out, const Weight& w, const float* x, std::int64_t lo,
                                                                   std::int64_t hi, std::ptrdiff_t pd) {
   constexpr int R = 4;
   const std::size_t lda = w.row_bytes / sizeof(float);
   const auto* a = reinterpret_cast<const float*>(w.data);
   std::int64_t r = lo;
+  if (w.cols <= kShortF32Row) {
+    for (; r < hi; ++r) out[r - lo] = dot_half_avx512<float>(a + static_cast<std::size_t>(r) * lda, x, w.cols, pd);
+    return;
+  }
   for (; r + R <= hi; r += R)
     dot_rows_f32_avx512<R>(a + static_cast<std::size_t>(r) * lda, lda, x, w.cols, pd / R, out + (r - lo));
   for (; r < hi; ++r) dot_rows_f32_avx512<1>(a + static_cast<std::size_t>(r) * lda, lda, x, w.cols, pd / R, out + (r - lo));
