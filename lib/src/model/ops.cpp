@@ -132,6 +132,7 @@ __attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))) inline __m512 load16(c
 }
 
 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))) inline __m512 load16(const float* a) { return _mm512_loadu_ps(a); }
+
 // An f32, f16 or bf16 row against x in 512-bit registers, 64 numbers a step into four
 // accumulators. Rows whose length is no multiple of 64 (stories15M's 288): the rest 16 and
 // 8 at a time, and the last few one by one (the scalar loop of before took 14% of a step).
@@ -163,8 +164,8 @@ __attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))) float dot_half_avx512(
 // of them. On Zen 5 (TinyLlama, one thread) 4 rows at a time decode at 7.3-7.8 tok/s
 // against 5.5-6.5 one row at a time (docs/generate.md, all rounds; docs/benchmarks.md).
 // f16 rows 2, 4 or 8 at a time measured no faster there, so f16 and bf16 rows keep
-// dot_half_avx512. Each stream
-// prefetches `pd` / R bytes ahead, so the bytes in flight are those of one row's setting.
+// dot_half_avx512. Each stream prefetches `pd` / R bytes ahead, so the bytes in flight are
+// those of one row's setting.
 // A row's arithmetic does not depend on R (its own chain of multiply-adds, then its lanes
 // and tail in order, the tail by explicit multiply-adds), so the rows' split between
 // threads changes no bit.
