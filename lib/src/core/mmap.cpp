@@ -22,10 +22,9 @@ namespace lmp {
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   if (this == &o) return *this;
   if (mapped_ && data_) ::munmap(const_cast<std::byte*>(data_), size_);
-  if (owned_) big_free(owned_, owned_size_);
+  if (owned_) big_free(owned_, owned_bytes());
   mapped_ = o.mapped_;
   owned_ = std::exchange(o.owned_, nullptr);
-  owned_size_ = std::exchange(o.owned_size_, 0);
   size_ = o.size_;
   name_ = std::move(o.name_);
   buffer_ = std::move(o.buffer_);
@@ -38,7 +37,7 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
 
 MappedFile::~MappedFile() {
   if (mapped_ && data_) ::munmap(const_cast<std::byte*>(data_), size_);
-  if (owned_) big_free(owned_, owned_size_);
+  if (owned_) big_free(owned_, owned_bytes());
 }
 
 namespace {
@@ -121,7 +120,6 @@ Result<MappedFile> MappedFile::open(const std::string& path, Load how, std::size
         return std::move(st_read).error();
       }
       m.owned_ = p;
-      m.owned_size_ = size + lead;
       m.data_ = static_cast<const std::byte*>(p) + lead;
       m.size_ = size;
       m.name_ = path;

@@ -45,7 +45,8 @@ class MappedFile {
   std::size_t size_ = 0;
   bool mapped_ = false;
   void* owned_ = nullptr;  // Load::copy: the big_allocate block holding the bytes
-  std::size_t owned_size_ = 0;  // its size: size_ plus the lead that aligns byte align_at
+  // The block's size: the lead that aligns byte align_at (data_ - owned_), then size_.
+  std::size_t owned_bytes() const { return static_cast<std::size_t>(data_ - static_cast<const std::byte*>(owned_)) + size_; }
   std::string buffer_;  // the bytes of an input that could not be mapped
   std::string name_;
 };
