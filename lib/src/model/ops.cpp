@@ -139,10 +139,11 @@ __attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))) inline __m512 load16(c
 template <class T>
 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))) float dot_half_avx512(const T* a, const float* x, std::int64_t n,
                                                                                 std::ptrdiff_t pd) {
+  constexpr int lines = static_cast<int>(sizeof(T));  // a step's 64 numbers: 2 lines of halves, 4 of f32
   __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   std::int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
-    prefetch_ahead(a + i, pd, 2);
+    prefetch_ahead(a + i, pd, lines);
     s0 = _mm512_fmadd_ps(load16(a + i), _mm512_loadu_ps(x + i), s0);
     s1 = _mm512_fmadd_ps(load16(a + i + 16), _mm512_loadu_ps(x + i + 16), s1);
     s2 = _mm512_fmadd_ps(load16(a + i + 32), _mm512_loadu_ps(x + i + 32), s2);
