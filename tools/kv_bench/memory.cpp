@@ -46,36 +46,45 @@ Result<cli::Report> run_memory(const Common& com, const MemoryOptions& o) {
                           {"note", "note", false}});
   cli::Panel plot{"KV-cache size against context", "tokens of context", "MiB", {}, false};
   bool by_allocator = true;
+  bool unmeasured = false;  // some row's one token passes the 256 MiB measured per row
   for (const auto& v : variants) {
     model::Config vc = c;
     vc.n_kv_head = v.kv_heads;
     for (kv::KvType type : {kv::KvType::f32, kv::KvType::f16, kv::KvType::int8, kv::KvType::int4}) {
       kv::KvConfig kc = cache_config(vc, o.tokens, type);
       const std::uint64_t formula = kv::bytes_per_token(kc);
-      // At most 256 MiB measured per row of the table (Llama-2-70B's MHA f32 is 5 MiB a token).
-      kc.n_ctx = static_cast<int>(std::clamp<std::uint64_t>((256u << 20) / formula, 1, static_cast<std::uint64_t>(o.tokens)));
-      // Measured: what the allocator hands out for a cache of o.tokens tokens, filled.
-      // (A sanitizer's allocator reports nothing to mallinfo2: then the cache's own count.)
-      std::vector<float> k(static_cast<std::size_t>(kc.kv_dim), 0.5f);
-      const std::uint64_t before = heap_bytes();
-      std::uint64_t measured = 0;
-      {
-        LMP_ASSIGN(auto cache, kv::make_kv_cache(kc));
-        for (int tok = 0; tok < kc.n_ctx; ++tok)
-          for (int l = 0; l < kc.n_layer; ++l) LMP_TRY(cache->append(l, 0, k, k));
-        const std::uint64_t after = heap_bytes();
-        measured = after > before ? after - before : 0;
-        if (measured == 0) {
-          measured = cache->stats().reserved;
-          by_allocator = false;
+      // At most 256 MiB measured per row of the table (Llama-2-70B's MHA f32 is 5 MiB a token);
+      // a shape whose single token passes that is given by its formula alone.
+      constexpr std::uint64_t budget = 256u << 20;
+      const bool measurable = formula <= budget;
+      kc.n_ctx = static_cast<int>(std::clamp<std::uint64_t>(budget / formula, 1, static_cast<std::uint64_t>(o.tokens)));
+      std::string per_cell = "-";
+      if (measurable) {
+        // Measured: what the allocator hands out for a cache of kc.n_ctx tokens, filled.
+        // (A sanitizer's allocator reports nothing to mallinfo2: then the cache's own count.)
+        std::vector<float> k(static_cast<std::size_t>(kc.kv_dim), 0.5f);
+        const std::uint64_t before = heap_bytes();
+        std::uint64_t measured = 0;
+        {
+          LMP_ASSIGN(auto cache, kv::make_kv_cache(kc));
+          for (int tok = 0; tok < kc.n_ctx; ++tok)
+            for (int l = 0; l < kc.n_layer; ++l) LMP_TRY(cache->append(l, 0, k, k));
+          const std::uint64_t after = heap_bytes();
+          measured = after > before ? after - before : 0;
+          if (measured == 0) {
+            measured = cache->stats().reserved;
+            by_allocator = false;
+          }
         }
+        per_cell = cli::num(static_cast<double>(measured) / kc.n_ctx, 9);
+      } else {
+        unmeasured = true;
       }
-      const double per = static_cast<double>(measured) / kc.n_ctx;
       const double total = static_cast<double>(formula) * ctx;
       const bool own = v.kv_heads == c.n_kv_head;
       const double per_number = kv::RowFormat::make(type, kc.kv_dim, kc.head_dim).bytes_per_number();
       t.add({v.name, std::to_string(v.kv_heads), kv::kv_type_name(type), cli::num(per_number, 5), std::to_string(formula),
-             cli::num(per, 9), cli::num(total, 12), cli::human_bytes(total), own ? "this model" : ""});
+             per_cell, cli::num(total, 12), cli::human_bytes(total), own ? "this model" : ""});
       if (own) {
         cli::Series s{fmt::format("{} {}", v.name, kv::kv_type_name(type)), {}};
         for (int i = 0; i <= 16; ++i)
@@ -93,6 +102,9 @@ Result<cli::Report> run_memory(const Common& com, const MemoryOptions& o) {
   else
     rep.foot.push_back("measured: the allocator reports nothing to mallinfo2 (a sanitizer build?): the cache's own count of "
                        "the bytes it reserved, divided by its tokens");
+  if (unmeasured)
+    rep.foot.push_back("measured B/token '-': one token of that row's cache passes 256 MiB, more than this command "
+                       "allocates to measure a row; its formula is exact");
   if (!com.plot.empty()) LMP_TRY(io::write_file_atomic(com.plot, cli::svg_chart({plot})));
   return rep;
 }
