@@ -122,6 +122,16 @@ void report(const Options& o, const tok::TrainReport& rep, std::size_t vocab,
   cli::note(fmt::format("time {:.2f} s, peak memory {}", secs, cli::human_bytes(static_cast<double>(cli::peak_rss_bytes()))));
 }
 
+// Training on no text at all is a mistake (a wrong path, an empty shard): say so rather than
+// write a vocabulary of nothing but bytes or specials.
+Status need_text(const Options& o, const tok::WordCountMap& counts, std::uint64_t bytes) {
+  if (!counts.empty()) return {};
+  std::string names;
+  for (const auto& f : o.files) names += (names.empty() ? "" : ", ") + (f == "-" ? std::string("<stdin>") : f);
+  return make_error(Errc::parse, "{}: {}: nothing to train on", names,
+                    bytes ? "no words in it" : "empty input");
+}
+
 // -m sp-bpe: count the words of normalized lines, train, write the .model.
 Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
   tok::WordCountMap counts;
@@ -149,6 +159,7 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
   }
   cli::note(fmt::format("read {} in {} lines: {} distinct words", cli::human_bytes(static_cast<double>(bytes)),
                         cli::with_commas(lines), cli::with_commas(counts.size())));
+  LMP_TRY(need_text(o, counts, bytes));
   tok::UnigramTrainerConfig cfg;
   cfg.normalizer = std::move(normalizer);
   cfg.vocab_size = o.vocab_size;
@@ -312,6 +323,7 @@ int main(int argc, char** argv) {
                           cli::human_bytes(static_cast<double>(bytes)), cli::with_commas(lines),
                           cli::with_commas(counts.size()), count_secs));
     if (count->parsed()) return io::write_file_atomic(o.output, tok::format_counts(counts, pre_name));
+    LMP_TRY(need_text(o, counts, bytes));
 
     if (wordpiece(o)) {
       tok::WordPieceTrainerConfig wc;
