@@ -14,6 +14,7 @@
 #include "lmpipe/model/synth.h"
 #include "lmpipe/model/transformer.h"
 #include "lmpipe/sample/sampler.h"
+#include "lmpipe/tok/decode_stream.h"
 #include "lmpipe/tok/gguf_tokenizer.h"
 #include "lmpipe/tok/ids.h"
 #include "lmpipe/tok/tokenizer.h"
@@ -36,34 +37,6 @@ struct Options {
 
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// Text of the generated ids, written as it becomes whole: a byte-level token can end in
-// the middle of a UTF-8 character, so the tail that is not yet complete waits.
-struct TextStream {
-  const tok::Tokenizer& t;
-  std::vector<TokenId> ids;
-  std::size_t shown = 0;
-  std::string text;
-  Result<std::string> add(TokenId id, bool last) {
-    ids.push_back(id);
-    text.clear();
-    LMP_TRY(t.decode(ids.data(), ids.size(), text, true));
-    std::size_t end = text.size();
-    if (!last) {  // hold back an incomplete UTF-8 sequence at the end
-      std::size_t k = end;
-      while (k > shown && k > end - 4 && (static_cast<unsigned char>(text[k - 1]) & 0xC0) == 0x80) --k;
-      if (k > shown && k <= end && k > 0 && (static_cast<unsigned char>(text[k - 1]) & 0x80)) {
-        auto lead = static_cast<unsigned char>(text[k - 1]);
-        std::size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-        if (end - (k - 1) < need) end = k - 1;
-      }
-    }
-    if (end < shown) return std::string();
-    std::string out = text.substr(shown, end - shown);
-    shown = end;
-    return out;
-  }
-};
-
 // One continuation of sequence `seq`, whose prompt is in the cache and whose first logits
 // are in `logits`: n tokens (or up to a stop string) drawn and written as they are made.
 struct Continuation {
@@ -78,10 +51,15 @@ Result<Continuation> continue_sequence(const Options& o, const std::string& emit
                                        ThreadPool& pool, cli::Output& out) {
   const model::Config& c = model.config();
   Continuation r;
-  std::optional<TextStream> ts;
-  if (emit == "text") ts.emplace(TextStream{*tok, {}, 0, {}});
+  // The text, when it is shown or searched for stop strings: the stream decodes a short
+  // window per token, and only the last few bytes are kept to search (a stop string can
+  // start in an earlier piece).
+  std::optional<tok::DecodeStream> ds;
+  if (tok && (emit == "text" || !o.stops.empty())) ds.emplace(*tok);
+  std::size_t longest_stop = 0;
+  for (const auto& s : o.stops) longest_stop = std::max(longest_stop, s.size());
   sample::Candidates cand;
-  std::string all_text;
+  std::string piece, recent;
   std::unique_ptr<kv::KvCache> scratch;  // --no-cache: the whole sequence again, every step
   for (int step = 0; step < o.n; ++step) {
     if (emit == "logits") {
@@ -97,13 +75,20 @@ Result<Continuation> continue_sequence(const Options& o, const std::string& emit
     seq.push_back(id);
     ++r.generated;
     bool stop = false;
+    if (ds) {
+      piece.clear();
+      LMP_TRY(ds->add(id, piece));
+      if (!o.stops.empty()) {
+        recent += piece;
+        for (const auto& s : o.stops)
+          if (recent.find(s) != std::string::npos) stop = true;
+        if (recent.size() >= longest_stop) recent.erase(0, recent.size() - (longest_stop - 1));
+      }
+      if (stop || step + 1 == o.n) LMP_TRY(ds->finish(piece));  // what a last token left held back
+    }
     if (emit == "ids") {
       LMP_TRY(out.write(fmt::format("{}{}", step ? " " : "", id)));
     } else if (emit == "text") {
-      LMP_ASSIGN(std::string piece, ts->add(id, step + 1 == o.n));
-      all_text += piece;
-      for (const auto& s : o.stops)
-        if (!s.empty() && all_text.find(s) != std::string::npos) stop = true;
       LMP_TRY(out.write(piece));
     }
     LMP_TRY(out.flush_stdout());
@@ -141,6 +126,8 @@ Status run(const Options& o, cli::Output& out) {
                       o.tokenizer.empty() ? o.model : o.tokenizer, tok->vocab_size(), o.model, c.n_vocab);
   if (!tok && !o.prompt.empty())
     return make_error(Errc::invalid_argument, "-p TEXT needs a tokenizer: give -t (the model file carries none)");
+  if (!tok && !o.stops.empty())
+    return make_error(Errc::invalid_argument, "--stop needs a tokenizer to see the text: give -t (the model file carries none)");
   std::string emit = o.emit;
   if (emit == "text" && !tok) {
     if (o.emit_given) return make_error(Errc::invalid_argument, "--emit text needs a tokenizer: give -t (the model file carries none)");
@@ -289,7 +276,7 @@ int main(int argc, char** argv) {
   app.add_option("--kv-memory", kv_memory, "budget of the KV cache (e.g. 512MiB): an error when it runs out");
   app.add_option("--num-samples", o.samples, "continuations of the prompt, sharing its keys and values (default 1)")
       ->check(CLI::Range(1, 4096));
-  app.add_option("--stop", o.stops, "stop when the text contains STR (repeatable)")->allow_extra_args(false);
+  app.add_option("--stop", o.stops, "stop once the generated text contains STR (repeatable; needs a tokenizer, with any --emit)")->allow_extra_args(false);
   app.add_option("--temperature", o.sampling.temperature, "0 = greedy (default 1)")->check(CLI::Range(0.0f, 1e6f));
   app.add_flag("--greedy", o.greedy, "the most likely token every step (--temperature 0)");
   app.add_option("--top-k", o.sampling.top_k, "top-k (0 = off)")->check(CLI::Range(0, 1 << 30));
@@ -386,6 +373,8 @@ int main(int argc, char** argv) {
     o.kv.type = kv::parse_kv_type(kv_type).value();
     o.kv.eviction = kv::parse_eviction(kv_evict).value();
     if (!kv_memory.empty()) o.kv.max_bytes = cli::parse_bytes(kv_memory, "--kv-memory");
+    for (const auto& s : o.stops)
+      if (s.empty()) throw cli::UsageError("--stop: an empty string would stop at once; give the text to stop at");
     if (app.count("--kv-block") && o.kv.layout != kv::Layout::paged) throw cli::UsageError("--kv-block needs --kv paged");
     if (app.count("--kv-sinks") && o.kv.eviction != kv::Eviction::sinks) throw cli::UsageError("--kv-sinks needs --kv-evict sinks");
     if (o.greedy) o.sampling.temperature = 0.0f;

@@ -5,6 +5,7 @@
 
 #include "lmpipe/core/json.h"
 #include "lmpipe/tok/bpe_trainer.h"
+#include "lmpipe/tok/decode_stream.h"
 #include "lmpipe/tok/byte_level.h"
 #include "lmpipe/tok/tokenizer.h"
 
@@ -41,6 +42,23 @@ std::string trained_json(const std::string& corpus, std::size_t vocab_size) {
   auto trained = train_bpe(wc.take(), cfg, std::move(pre).value(), rep);
   REQUIRE(trained.ok());
   return to_tokenizer_json(*trained.value());
+}
+
+// A SentencePiece-style tokenizer.json (▁ for spaces, no pre-tokenizer, <0xNN> byte
+// tokens): ids 2 ▁, 3 a, 4 b, 5 ▁a, 6 ab, 7 <0xC3>, 8 <0xA9> (é is C3 A9).
+std::unique_ptr<Tokenizer> metaspace_tokenizer(bool byte_fallback, bool fuse) {
+  std::string j = std::string(R"({"added_tokens":[{"id":0,"content":"<unk>","special":true},{"id":1,"content":"<s>","special":true}],)") +
+                  R"("normalizer":{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"▁"},)" +
+                  R"({"type":"Replace","pattern":{"String":" "},"content":"▁"}]},"pre_tokenizer":null,)" +
+                  R"("post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},)" +
+                  R"({"Sequence":{"id":"A","type_id":0}}],"special_tokens":{"<s>":{"id":"<s>","ids":[1],"tokens":["<s>"]}}},)" +
+                  R"("decoder":null,"model":{"type":"BPE","unk_token":"<unk>","fuse_unk":)" + (fuse ? "true" : "false") +
+                  R"(,"byte_fallback":)" + (byte_fallback ? "true" : "false") +
+                  R"(,"vocab":{"<unk>":0,"<s>":1,"▁":2,"a":3,"b":4,"▁a":5,"ab":6,"<0xC3>":7,"<0xA9>":8},)" +
+                  R"("merges":["a b","▁ a"]}})";
+  auto t = load_tokenizer_json(j, "sp.json");
+  REQUIRE(t.ok());
+  return std::move(t).value();
 }
 
 std::vector<TokenId> encode(const Tokenizer& t, std::string_view s, bool special = true) {
@@ -251,27 +269,13 @@ TEST_CASE("malformed tokenizer files give located errors", "[tok][errors]") {
 
 // HF's SentencePiece-style BPE: characters, byte fallback, unknown runs fused or not.
 TEST_CASE("SentencePiece-style tokenizer.json: byte fallback and fused unknowns", "[tok][metaspace]") {
-  auto make = [](bool byte_fallback, bool fuse) {
-    std::string j = std::string(R"({"added_tokens":[{"id":0,"content":"<unk>","special":true},{"id":1,"content":"<s>","special":true}],)") +
-                    R"("normalizer":{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"▁"},)" +
-                    R"({"type":"Replace","pattern":{"String":" "},"content":"▁"}]},"pre_tokenizer":null,)" +
-                    R"("post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},)" +
-                    R"({"Sequence":{"id":"A","type_id":0}}],"special_tokens":{"<s>":{"id":"<s>","ids":[1],"tokens":["<s>"]}}},)" +
-                    R"("decoder":null,"model":{"type":"BPE","unk_token":"<unk>","fuse_unk":)" + (fuse ? "true" : "false") +
-                    R"(,"byte_fallback":)" + (byte_fallback ? "true" : "false") +
-                    R"(,"vocab":{"<unk>":0,"<s>":1,"▁":2,"a":3,"b":4,"▁a":5,"ab":6,"<0xC3>":7,"<0xA9>":8},)" +
-                    R"("merges":["a b","▁ a"]}})";
-    auto t = load_tokenizer_json(j, "sp.json");
-    REQUIRE(t.ok());
-    return std::move(t).value();
-  };
   auto ids = [](const Tokenizer& t, std::string_view s) {
     Session sess(t);
     std::vector<TokenId> out;
     t.encode(s, out, sess);
     return out;
   };
-  auto fb = make(true, true);
+  auto fb = metaspace_tokenizer(true, true);
   CHECK(ids(*fb, "ab a") == std::vector<TokenId>{2, 6, 5});  // ▁ab: "a b" ranks before "▁ a"
   CHECK(ids(*fb, "é") == std::vector<TokenId>{2, 7, 8});      // é has no token: its bytes
   CHECK(ids(*fb, "<s>a") == std::vector<TokenId>{1, 5});       // specials matched; ▁ prepended after
@@ -280,9 +284,9 @@ TEST_CASE("SentencePiece-style tokenizer.json: byte fallback and fused unknowns"
   std::string back;
   REQUIRE(fb->decode(v.data(), v.size(), back).ok());
   CHECK(back == "ab é");
-  auto fused = make(false, true);
+  auto fused = metaspace_tokenizer(false, true);
   CHECK(ids(*fused, "axyzb") == std::vector<TokenId>{5, 0, 4});  // one <unk> for "xyz"
-  auto unfused = make(false, false);
+  auto unfused = metaspace_tokenizer(false, false);
   CHECK(ids(*unfused, "axyzb") == std::vector<TokenId>{5, 0, 0, 0, 4});
 }
 
@@ -452,4 +456,132 @@ TEST_CASE("long CJK pieces encode the same while the span trie is being made", "
     for (int w = 0; w < 4; ++w)
       for (std::size_t k = 0; k < texts.size(); ++k) REQUIRE(got[static_cast<std::size_t>(w)][k] == want[k]);
   }
+}
+
+namespace {
+// The stream's pieces, one per id (finish() adds to the last), and their concatenation.
+std::vector<std::string> stream(const Tokenizer& t, const std::vector<TokenId>& ids, bool skip_special = true) {
+  DecodeStream ds(t, skip_special);
+  std::vector<std::string> pieces;
+  for (TokenId id : ids) {
+    std::string piece;
+    REQUIRE(ds.add(id, piece).ok());
+    pieces.push_back(piece);
+  }
+  REQUIRE(ds.finish(pieces.empty() ? pieces.emplace_back() : pieces.back()).ok());
+  return pieces;
+}
+std::string joined(const std::vector<std::string>& pieces) {
+  std::string s;
+  for (const auto& p : pieces) s += p;
+  return s;
+}
+std::string whole(const Tokenizer& t, const std::vector<TokenId>& ids, bool skip_special = true) {
+  std::string s;
+  REQUIRE(t.decode(ids.data(), ids.size(), s, skip_special).ok());
+  return s;
+}
+}  // namespace
+
+TEST_CASE("ends_mid_character: incomplete UTF-8 and U+FFFD at the end", "[tok][stream]") {
+  CHECK_FALSE(ends_mid_character(""));
+  CHECK_FALSE(ends_mid_character("abc"));
+  CHECK_FALSE(ends_mid_character("a\xC3\xA9"));          // é, whole
+  CHECK(ends_mid_character("a\xC3"));                     // é's first byte
+  CHECK(ends_mid_character("\xE4\xB8"));                 // 中 without its last byte
+  CHECK_FALSE(ends_mid_character("\xE4\xB8\xAD"));
+  CHECK(ends_mid_character("\xF0\x9F\x98"));            // an emoji's first three bytes
+  CHECK_FALSE(ends_mid_character("\xF0\x9F\x98\x80"));
+  CHECK_FALSE(ends_mid_character("a\x80\x80"));          // stray continuation bytes never complete
+  CHECK(ends_mid_character("ab\xEF\xBF\xBD"));          // a decoder's placeholder for pending bytes
+}
+
+TEST_CASE("DecodeStream: a character spelled by byte tokens is shown whole, once", "[tok][stream]") {
+  // Metaspace decoders write U+FFFD for bytes that are not (yet) a character: the stream
+  // must wait for é's second byte rather than show the placeholder.
+  auto t = metaspace_tokenizer(true, true);
+  auto pieces = stream(*t, {2, 6, 2, 7, 8, 5});
+  CHECK(pieces == std::vector<std::string>{"", "ab", " ", "", "\xC3\xA9", " a"});
+  CHECK(joined(pieces) == "ab \xC3\xA9 a");
+  // A byte that never completes is shown as the decoder gives it, at the next whole text.
+  CHECK(joined(stream(*t, {5, 7, 3})) == whole(*t, {5, 7, 3}));
+  CHECK(joined(stream(*t, {5, 7})) == "a\xEF\xBF\xBD");  // finish() gives what was held
+  // Byte-level BPE: 中 (E4 B8 AD) as three byte tokens.
+  auto bl = small_tokenizer("gpt2", true);
+  std::vector<TokenId> ids = encode(*bl, "\xE4\xB8\xAD", false);
+  REQUIRE(whole(*bl, ids) == "\xE4\xB8\xAD");
+  std::vector<TokenId> bytes;
+  for (unsigned char c : std::string("a \xE4\xB8\xAD!")) {
+    auto one = encode(*bl, std::string(1, static_cast<char>(c)), false);
+    REQUIRE(one.size() == 1);
+    bytes.push_back(one[0]);
+  }
+  auto p = stream(*bl, bytes);
+  CHECK(p == std::vector<std::string>{"a", " ", "", "", "\xE4\xB8\xAD", "!"});
+}
+
+TEST_CASE("DecodeStream: the pieces join to the whole decode (random sequences)", "[tok][stream][property]") {
+  std::mt19937 rng(7);
+  SECTION("byte-level BPE, specials skipped or kept") {
+    auto t = small_tokenizer("gpt2", true);
+    const auto n = static_cast<TokenId>(t->vocab_size());
+    for (int i = 0; i < 500; ++i) {
+      std::vector<TokenId> ids(rng() % 40);
+      for (auto& id : ids) id = static_cast<TokenId>(rng() % static_cast<unsigned>(n));
+      const bool skip = i % 2 == 0;
+      INFO("case " << i);
+      REQUIRE(joined(stream(*t, ids, skip)) == whole(*t, ids, skip));
+    }
+  }
+  SECTION("SentencePiece-style, byte fallback") {
+    auto t = metaspace_tokenizer(true, true);
+    for (int i = 0; i < 2000; ++i) {
+      // Runs of byte tokens that are whole characters (é) or a lone byte closed by another
+      // token; shorter than kMaxHeld, so that no text is forced out mid-character.
+      std::vector<TokenId> ids;
+      while (ids.size() + 3 < DecodeStream::kMaxHeld && rng() % 8 != 0) {
+        switch (rng() % 4) {
+          case 0: ids.insert(ids.end(), {7, 8, static_cast<TokenId>(2 + rng() % 5)}); break;
+          case 1: ids.insert(ids.end(), {static_cast<TokenId>(7 + rng() % 2), static_cast<TokenId>(2 + rng() % 5)}); break;
+          default: ids.push_back(static_cast<TokenId>(rng() % 7)); break;
+        }
+      }
+      INFO("case " << i);
+      REQUIRE(joined(stream(*t, ids)) == whole(*t, ids));
+    }
+  }
+}
+
+TEST_CASE("DecodeStream: a character is shown when whole, though later bytes spoil the run", "[tok][stream]") {
+  // A whole decode replaces every byte of a run of byte tokens that is not valid UTF-8
+  // (C3 A9 C3 here, as HF's ByteFallback decoder does); the stream has shown é by then,
+  // and the byte that spoils the run shows as U+FFFD.
+  auto t = metaspace_tokenizer(true, true);
+  CHECK(whole(*t, {7, 8, 7, 3}) == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "a");
+  CHECK(joined(stream(*t, {7, 8, 7, 3})) == "\xC3\xA9\xEF\xBF\xBD" "a");
+}
+
+TEST_CASE("DecodeStream: each step decodes a short window, not the whole text", "[tok][stream]") {
+  // 20,000 tokens through a stream: the context it keeps stays small (quadratic work would
+  // show as a window that grows with the text; the cost is what this test bounds, not time).
+  auto t = small_tokenizer("gpt2", true);
+  DecodeStream ds(*t);
+  std::mt19937 rng(3);
+  std::string all, piece;
+  std::vector<TokenId> ids;
+  for (int i = 0; i < 20000; ++i) {
+    auto id = static_cast<TokenId>(rng() % 200 + 1);
+    ids.push_back(id);
+    REQUIRE(ds.add(id, all).ok());
+    REQUIRE(ds.window() <= DecodeStream::kMaxHeld * 2);
+  }
+  REQUIRE(ds.finish(all).ok());
+  CHECK(all == whole(*t, ids));
+}
+
+TEST_CASE("DecodeStream: an id outside the vocabulary is an error", "[tok][stream][errors]") {
+  auto t = metaspace_tokenizer(true, true);
+  DecodeStream ds(*t);
+  std::string out;
+  CHECK_FALSE(ds.add(999, out).ok());
 }
