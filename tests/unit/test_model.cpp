@@ -330,6 +330,35 @@ TEST_CASE("a random model: one token at a time equals the batch, cached equals r
   CHECK_THAT(full.error().message, Catch::Contains("context is full"));
 }
 
+TEST_CASE("a model file without the tensors it needs: errors that say what is missing", "[model][errors]") {
+  using tensor_io::MetaValue;
+  const std::vector<std::pair<std::string, MetaValue>> meta{
+      {"general.architecture", MetaValue::of_string("llama")},
+      {"llama.embedding_length", MetaValue::of_u32(64)},
+      {"llama.block_count", MetaValue::of_u32(2)},
+      {"llama.attention.head_count", MetaValue::of_u32(4)},
+      {"llama.feed_forward_length", MetaValue::of_u32(128)}};
+  auto load_error = [](const std::string& path) {
+    auto f = tensor_io::TensorFile::open(path);
+    REQUIRE(f.ok());
+    auto m = Transformer::load(**f);
+    REQUIRE_FALSE(m.ok());
+    return m.error().message;
+  };
+  // A vocabulary-only file (llama.cpp's ggml-vocab-*.gguf): metadata and no tensors.
+  const std::string vocab_only = temp_path("vocab_only.gguf");
+  REQUIRE(tensor_io::write_gguf(vocab_only, meta, {}).ok());
+  CHECK_THAT(load_error(vocab_only), Catch::Contains("holds no tensors (a vocabulary-only file?)"));
+  std::remove(vocab_only.c_str());
+  // Tensors, but no token embedding.
+  const std::string no_emb = temp_path("no_emb.gguf");
+  std::vector<float> w(64, 1.0f);
+  tensor_io::TensorOut norm("output_norm.weight", DType::f32, {64}, w.data());
+  REQUIRE(tensor_io::write_gguf(no_emb, meta, {norm}).ok());
+  CHECK_THAT(load_error(no_emb), Catch::Contains("no token_embd.weight tensor"));
+  std::remove(no_emb.c_str());
+}
+
 TEST_CASE("q8_0 and f16 weights stay close to f32 on the same random model", "[model]") {
   const std::string pf = temp_path("f32.gguf"), pq = temp_path("q.gguf");
   Config c = tiny_config();

@@ -101,8 +101,11 @@ Result<std::unique_ptr<Transformer>> Transformer::load(const TensorFile& f) {
   if (auto rd = meta_int(f, c.arch + ".rope.dimension_count"); rd && *rd != c.head_dim())
     return make_error(Errc::unsupported, "{}: partial rotary embedding ({} of {} dimensions) is not supported", f.name(),
                       *rd, c.head_dim());
+  if (f.tensors().empty())
+    return make_error(Errc::parse, "{}: the file holds no tensors (a vocabulary-only file?): no model to run", f.name());
   const TensorInfo* emb = f.find("token_embd.weight");
-  if (!emb || emb->shape.size() != 2 || emb->shape[1] != c.n_embd)
+  if (!emb) return make_error(Errc::parse, "{}: no token_embd.weight tensor", f.name());
+  if (emb->shape.size() != 2 || emb->shape[1] != c.n_embd)
     return make_error(Errc::parse, "{}: token_embd.weight must be [n_vocab, {}]", f.name(), c.n_embd);
   c.n_vocab = static_cast<int>(emb->shape[0]);
   LMP_ASSIGN(m->embedding_, embed::Embedding::view(emb->dtype, f.data(*emb), c.n_vocab, c.n_embd));
