@@ -100,6 +100,7 @@ Result<cli::Report> run_quality(const Common& com, const QualityOptions& o) {
                            {"kl_mean", "KL mean"},
                            {"kl_max", "KL max"},
                            {"top1_agreement_pct", "top-1 agree %"},
+                           {"flip_margin_max", "flip margin max"},
                            {"ppl", "perplexity"},
                            {"ppl_change_pct", "ppl change %"}});
   std::vector<double> lp, lq;
@@ -117,6 +118,7 @@ Result<cli::Report> run_quality(const Common& com, const QualityOptions& o) {
     double amax = 0;
     for (std::size_t i = 0; i < q.attn.size(); ++i) amax = std::max(amax, static_cast<double>(std::fabs(q.attn[i] - ref.attn[i])));
     double kl_sum = 0, kl_max = 0, nll = 0;
+    double flip_margin = -1;  // the largest f32 logit margin between the two choices where top-1 differs
     std::size_t agree = 0;
     for (std::size_t s = 0; s < steps; ++s) {
       const float* a = ref.logits.data() + s * V;
@@ -127,7 +129,9 @@ Result<cli::Report> run_quality(const Common& com, const QualityOptions& o) {
       for (std::size_t i = 0; i < V; ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
       kl = std::max(kl, 0.0);
       kl_sum += kl, kl_max = std::max(kl_max, kl);
-      agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+      const auto top_a = std::max_element(a, a + V) - a, top_b = std::max_element(b, b + V) - b;
+      if (top_a == top_b) ++agree;
+      else flip_margin = std::max(flip_margin, static_cast<double>(a[top_a]) - static_cast<double>(a[top_b]));
       nll -= lq[static_cast<std::size_t>(toks[s + 1])];
     }
     const double ppl = std::exp(nll / static_cast<double>(steps));
@@ -136,13 +140,16 @@ Result<cli::Report> run_quality(const Common& com, const QualityOptions& o) {
     const double dppl = 100.0 * (ppl / ppl_ref - 1.0);
     t.add({kv::kv_type_name(type), std::to_string(kv::bytes_per_token(cache_config(c, 1, type))), cli::num(amax, 3),
            cli::num(amax / std::max(static_cast<double>(attn_scale), 1e-30), 3), cli::num(kl_sum / static_cast<double>(steps), 3),
-           cli::num(kl_max, 3), cli::num(agree_pct, 4), cli::num(ppl, 5), cli::num(dppl, 3)});
+           cli::num(kl_max, 3), cli::num(agree_pct, 4),
+           flip_margin < 0 ? std::string("-") : cli::num(flip_margin, 3), cli::num(ppl, 5), cli::num(dppl, 3)});
     rep.field(fmt::format("{}_top1_agreement_pct", kv::kv_type_name(type)), agree_pct);
     rep.field(fmt::format("{}_ppl_change_pct", kv::kv_type_name(type)), dppl);
   }
   rep.tables.push_back(std::move(t));
   rep.foot.push_back("attn: the attention outputs of every layer and step (before the output projection); rel: over their "
                      "largest magnitude. KL(f32 || type) per next-token distribution; perplexity of the text's next tokens");
+  rep.foot.push_back("flip margin: where the top-1 token differs, how far apart the two choices were in the f32 logits "
+                     "(the largest such gap; small means the flips are near-ties)");
   return rep;
 }
 
