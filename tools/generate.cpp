@@ -1,8 +1,10 @@
 // generate: LLaMA-family inference with a KV cache from GGUF or llama2.c files: token ids
 // or text in, text, ids or logits out, streamed as they are made.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <random>
 
@@ -61,7 +63,11 @@ Result<Continuation> continue_sequence(const Options& o, const std::string& emit
   sample::Candidates cand;
   std::string piece, recent;
   std::unique_ptr<kv::KvCache> scratch;  // --no-cache: the whole sequence again, every step
+  // A model whose vocabulary is padded past its tokenizer's (Qwen2's 151,936 rows for
+  // 151,665 tokens): the padding ids have no text, so they are masked and never drawn.
+  const std::size_t drawable = tok ? std::min(tok->vocab_size(), logits.size()) : logits.size();
   for (int step = 0; step < o.n; ++step) {
+    std::fill(logits.begin() + static_cast<std::ptrdiff_t>(drawable), logits.end(), -std::numeric_limits<float>::infinity());
     if (emit == "logits") {
       std::string a;
       npy::append_header(a, "<f4", {c.n_vocab});
@@ -124,6 +130,10 @@ Status run(const Options& o, cli::Output& out) {
   if (tok && tok->vocab_size() > static_cast<std::size_t>(c.n_vocab))
     return make_error(Errc::parse, "the tokenizer {} has {} tokens but the model {} only {}: they do not belong together",
                       o.tokenizer.empty() ? o.model : o.tokenizer, tok->vocab_size(), o.model, c.n_vocab);
+  if (tok && tok->vocab_size() < static_cast<std::size_t>(c.n_vocab))
+    cli::note(fmt::format("the model has {} rows of logits, the tokenizer {} tokens: ids {}..{} have no text and are "
+                          "masked (-inf), never drawn",
+                          c.n_vocab, tok->vocab_size(), tok->vocab_size(), c.n_vocab - 1));
   if (!tok && !o.prompt.empty())
     return make_error(Errc::invalid_argument, "-p TEXT needs a tokenizer: give -t (the model file carries none)");
   if (!tok && !o.stops.empty())
