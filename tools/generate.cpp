@@ -8,6 +8,8 @@
 #include <optional>
 #include <random>
 
+#include <fmt/ranges.h>
+
 #include "common/cli.h"
 #include "lmpipe/core/json.h"
 #include "lmpipe/core/npy.h"
@@ -17,6 +19,7 @@
 #include "lmpipe/model/transformer.h"
 #include "lmpipe/sample/sampler.h"
 #include "lmpipe/tok/decode_stream.h"
+#include "lmpipe/tok/end_ids.h"
 #include "lmpipe/tok/gguf_tokenizer.h"
 #include "lmpipe/tok/ids.h"
 #include "lmpipe/tok/tokenizer.h"
@@ -34,7 +37,8 @@ struct Options {
   int n = 128, ctx = 0, threads = 1, samples = 1;
   std::optional<std::size_t> prefetch;  // --prefetch; unset: the library's defaults
   kv::KvConfig kv;  // layout, type, block, eviction, budget from the options
-  bool no_cache = false, no_mmap = false, json = false, greedy = false, force = false, bos = false, emit_given = false;
+  bool no_cache = false, no_mmap = false, json = false, greedy = false, force = false, bos = false, emit_given = false,
+       ignore_eos = false;
 };
 
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -45,12 +49,15 @@ struct Continuation {
   std::size_t generated = 0;
   std::size_t steps = 0;  // forward passes: the first token comes from the prompt's logits, so generated - 1 at most
   Clock::time_point first{};
+  TokenId last = -1;     // the last token drawn
+  bool ended = false;    // drew an end-of-sequence token
+  bool stopped = false;  // its text reached a --stop string
 };
 
 Result<Continuation> continue_sequence(const Options& o, const std::string& emit, model::Transformer& model,
                                        const tok::Tokenizer* tok, kv::KvCache& cache, kv::SeqId seq_id,
                                        std::vector<TokenId> seq, std::vector<float>& logits, sample::Chain& chain, Rng& rng,
-                                       ThreadPool& pool, cli::Output& out) {
+                                       ThreadPool& pool, const std::vector<TokenId>& end_ids, cli::Output& out) {
   const model::Config& c = model.config();
   Continuation r;
   // The text, when it is shown or searched for stop strings: the stream decodes a short
@@ -80,14 +87,16 @@ Result<Continuation> continue_sequence(const Options& o, const std::string& emit
     if (step == 0) r.first = Clock::now();
     seq.push_back(id);
     ++r.generated;
-    bool stop = false;
+    r.last = id;
+    r.ended = std::binary_search(end_ids.begin(), end_ids.end(), id);
+    bool stop = r.ended;
     if (ds) {
       piece.clear();
       LMP_TRY(ds->add(id, piece));
       if (!o.stops.empty()) {
         recent += piece;
         for (const auto& s : o.stops)
-          if (recent.find(s) != std::string::npos) stop = true;
+          if (recent.find(s) != std::string::npos) stop = r.stopped = true;
         if (recent.size() >= longest_stop) recent.erase(0, recent.size() - (longest_stop - 1));
       }
       if (stop || step + 1 == o.n) LMP_TRY(ds->finish(piece));  // what a last token left held back
@@ -138,6 +147,13 @@ Status run(const Options& o, cli::Output& out) {
     return make_error(Errc::invalid_argument, "-p TEXT needs a tokenizer: give -t (the model file carries none)");
   if (!tok && !o.stops.empty())
     return make_error(Errc::invalid_argument, "--stop needs a tokenizer to see the text: give -t (the model file carries none)");
+  // Where a generation ends (docs/generate.md): the tokenizer's end-of-sequence and
+  // end-of-turn tokens, unless --ignore-eos.
+  std::vector<TokenId> end_ids;
+  if (tok && !o.ignore_eos) {
+    LMP_ASSIGN(end_ids, tok::end_of_generation_ids(*tok, o.tokenizer.empty() ? o.model : o.tokenizer));
+    end_ids.erase(std::remove_if(end_ids.begin(), end_ids.end(), [&](TokenId id) { return id >= c.n_vocab; }), end_ids.end());
+  }
   std::string emit = o.emit;
   if (emit == "text" && !tok) {
     if (o.emit_given) return make_error(Errc::invalid_argument, "--emit text needs a tokenizer: give -t (the model file carries none)");
@@ -185,16 +201,19 @@ Status run(const Options& o, cli::Output& out) {
   auto t1 = Clock::now();
   for (kv::SeqId k = 1; k < o.samples; ++k) LMP_TRY(cache->fork(0, k));
   const std::vector<float> prompt_logits = logits;
-  std::size_t generated = 0, steps = 0;
+  std::size_t generated = 0, steps = 0, ended = 0, stopped = 0;
+  TokenId last_id = -1;
   Clock::time_point t_first{};
   for (kv::SeqId k = 0; k < o.samples; ++k) {
     LMP_ASSIGN(auto chain, sample::Chain::make(o.sampling));  // its penalties see this sample's history
     for (TokenId id : prompt) chain.accept(id);
     if (k > 0) logits = prompt_logits;
-    LMP_ASSIGN(auto r, continue_sequence(o, emit, *model, tok.get(), *cache, k, prompt, logits, chain, rng, pool, out));
-    if (k == 0) t_first = r.first;
+    LMP_ASSIGN(auto r, continue_sequence(o, emit, *model, tok.get(), *cache, k, prompt, logits, chain, rng, pool, end_ids, out));
+    if (k == 0) t_first = r.first, last_id = r.last;
     generated += r.generated;
     steps += r.steps;
+    ended += r.ended;
+    stopped += r.stopped;
   }
   auto t2 = Clock::now();
   const double pp = secs(t0, t1), gen = secs(t1, t2);
@@ -214,12 +233,12 @@ Status run(const Options& o, cli::Output& out) {
         "\"generated_tokens\":{},\"decode_steps\":{},\"generate_s\":{:.6f},\"generate_tok_s\":{:.2f},\"time_to_first_token_s\":{:.6f},"
         "\"kv_cache_bytes\":{},\"kv_cache_allocated_bytes\":{},\"kv_cache_reserved_bytes\":{},\"kv_layout\":\"{}\","
         "\"kv_type\":\"{}\",\"kv_block\":{},\"kv_evict\":\"{}\",\"num_samples\":{},\"kv_separate_bytes\":{},"
-        "\"kv_saved_fraction\":{:.4f},\"peak_rss_bytes\":{},\"threads\":{},\"cache\":{},"
+        "\"kv_saved_fraction\":{:.4f},\"ended_at_eos\":{},\"stopped_by_string\":{},\"end_ids\":[{}],\"peak_rss_bytes\":{},\"threads\":{},\"cache\":{},"
         "\"weight_bytes_per_token\":{},\"kernels\":\"{}\",\"prefetch_bytes\":{},\"prefetch_float_bytes\":{},\"weights\":\"{}\"}}",
         [&] { std::string s; json::append_string(s, model->describe()); return s; }(), load_s, prompt.size(), pp,
         static_cast<double>(prompt.size()) / pp, generated, steps, gen, step_rate,
         secs(t0, t_first), ks.used, ks.allocated, ks.reserved, kv::layout_name(kc.layout), kv::kv_type_name(kc.type),
-        kc.block_size, kv::eviction_name(kc.eviction), o.samples, separate, saved, cli::peak_rss_bytes(), o.threads,
+        kc.block_size, kv::eviction_name(kc.eviction), o.samples, separate, saved, ended, stopped, fmt::join(end_ids, ","), cli::peak_rss_bytes(), o.threads,
         !o.no_cache, model->weight_bytes_per_token(), model::kernel_name(), model::prefetch_distance(false), model::prefetch_distance(true), o.no_mmap ? "read" : "mapped"));
   } else {
     cli::note(fmt::format("{}", model->describe()));
@@ -232,6 +251,15 @@ Status run(const Options& o, cli::Output& out) {
                           cli::human_bytes(static_cast<double>(ks.reserved)),
                           o.no_cache ? "; --no-cache: recomputed every step" : "",
                           cli::human_bytes(static_cast<double>(cli::peak_rss_bytes()))));
+    if (ended || stopped) {
+      std::string how;
+      if (o.samples == 1)
+        how = ended ? fmt::format("at end-of-sequence token {} ({})", last_id, tok->token_string(last_id))
+                    : "at a --stop string";
+      else
+        how = fmt::format("{} of {} samples at an end-of-sequence token, {} at a --stop string", ended, o.samples, stopped);
+      cli::note(fmt::format("ended {} before -n {} (--ignore-eos to go on past end-of-sequence tokens)", how, o.n));
+    }
     if (o.samples > 1)
       cli::note(fmt::format("{} samples share the prompt's {} tokens: {} allocated against {} for {} separate caches ({:.1f}% saved)",
                             o.samples, prompt.size(), cli::human_bytes(static_cast<double>(ks.allocated)),
@@ -259,6 +287,7 @@ int main(int argc, char** argv) {
   app.add_option("-t,--tokenizer", o.tokenizer, "tokenizer for -p and for text output (tokenizer.json, .model, ...)");
   app.add_option("-p,--prompt", o.prompt, "prompt text (needs -t)");
   app.add_option("--ids", o.ids, "prompt token ids (text or .npy; '-' for standard input), taken as given");
+  app.add_flag("--ignore-eos", o.ignore_eos, "go on past the tokenizer's end-of-sequence and end-of-turn tokens");
   app.add_flag("--bos", o.bos, "with -p: put the tokenizer's prefix (BOS) before the prompt");
   app.add_option("-n", o.n, "tokens to generate (default 128)")->check(CLI::Range(1, 1 << 24));
   app.add_option("--ctx", o.ctx, "context length (default: prompt + n, at most the model's)")->check(CLI::Range(1, 1 << 24));

@@ -1,11 +1,16 @@
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
+
+#include <unistd.h>
 
 #include "lmpipe/core/json.h"
 #include "lmpipe/tok/bpe_trainer.h"
 #include "lmpipe/tok/decode_stream.h"
+#include "lmpipe/tok/end_ids.h"
 #include "lmpipe/tok/byte_level.h"
 #include "lmpipe/tok/tokenizer.h"
 
@@ -584,4 +589,43 @@ TEST_CASE("DecodeStream: an id outside the vocabulary is an error", "[tok][strea
   DecodeStream ds(*t);
   std::string out;
   CHECK_FALSE(ds.add(999, out).ok());
+}
+
+TEST_CASE("end_of_generation_ids: the configs beside a tokenizer.json, else its end markers", "[tok][end]") {
+  const std::string dir = "/tmp/lmp_end_ids_" + std::to_string(::getpid()) + "/";
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir + name) << text; };
+  write("tokenizer.json", to_tokenizer_json(*small_tokenizer("gpt2", true)));
+  auto t = load_tokenizer(dir + "tokenizer.json");
+  REQUIRE(t.ok());
+  const TokenId eot = (*t)->id_of("<|endoftext|>");
+  REQUIRE(eot >= 0);
+  auto ends = [&] {
+    auto r = end_of_generation_ids(**t, dir + "tokenizer.json");
+    REQUIRE(r.ok());
+    return *r;
+  };
+  // No config: the special token that is an end marker.
+  CHECK(ends() == std::vector<TokenId>{eot});
+  // tokenizer_config.json's eos_token, as a string or as an object.
+  write("tokenizer_config.json", R"({"eos_token": {"content": "<|endoftext|>", "special": true}})");
+  CHECK(ends() == std::vector<TokenId>{eot});
+  // generation_config.json's eos_token_id list adds to it, sorted and unique.
+  write("generation_config.json", R"({"eos_token_id": [7, 3, 7]})");
+  std::vector<TokenId> want{3, 7, eot};
+  std::sort(want.begin(), want.end());
+  CHECK(ends() == want);
+  // Errors located in the config: an id past the vocabulary, a token it does not have.
+  write("generation_config.json", R"({"eos_token_id": 99999})");
+  auto bad = end_of_generation_ids(**t, dir + "tokenizer.json");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::Contains("generation_config.json:1:"));
+  std::filesystem::remove(dir + "generation_config.json");
+  write("tokenizer_config.json", R"({"eos_token": "</nope>"})");
+  bad = end_of_generation_ids(**t, dir + "tokenizer.json");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::Contains("'</nope>' is not a token"));
+  std::filesystem::remove_all(dir);
+  CHECK(is_end_marker("<|eot_id|>"));
+  CHECK_FALSE(is_end_marker("<s>"));
 }

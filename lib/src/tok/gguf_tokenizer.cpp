@@ -4,6 +4,7 @@
 
 #include "lmpipe/core/io.h"
 #include "lmpipe/core/json.h"
+#include "lmpipe/tok/end_ids.h"
 #include "lmpipe/tok/pre_tokenizer.h"
 #include "lmpipe/tok/sentencepiece.h"
 #include "proto_write.h"
@@ -175,7 +176,15 @@ Result<std::unique_ptr<Tokenizer>> load_llama2c_tokenizer(const std::string& pat
   }
   std::vector<std::int64_t> types(pieces.size());
   for (std::size_t i = 0; i < pieces.size(); ++i) types[i] = guess_type(pieces[i], i, 0);
-  return spm_from(pieces, scores, std::move(types), true, 1, path);
+  LMP_ASSIGN(auto t, spm_from(pieces, scores, std::move(types), true, 1, path));
+  // llama2.c's models were trained on stories each begun by <s> (id 1), and its run.c ends
+  // a generation there; </s> (id 2) ends one too.
+  std::vector<TokenId> end;
+  for (TokenId id : {1, 2})
+    if (static_cast<std::size_t>(id) < pieces.size() && guess_type(pieces[static_cast<std::size_t>(id)], 0, -1) == 3)
+      end.push_back(id);
+  t->set_end_ids(std::move(end));
+  return t;
 }
 
 Result<std::unique_ptr<Tokenizer>> load_gguf_tokenizer(const tensor_io::TensorFile& f) {
@@ -183,10 +192,27 @@ Result<std::unique_ptr<Tokenizer>> load_gguf_tokenizer(const tensor_io::TensorFi
   const MetaValue* tokens = array_of(f, "tokenizer.ggml.tokens", MetaType::string);
   if (!model || model->type != MetaType::string || !tokens)
     return make_error(Errc::parse, "{}: no tokenizer (tokenizer.ggml.model and tokenizer.ggml.tokens); give -t", f.name());
-  if (model->s == "llama") return spm(f, *tokens);
-  if (model->s == "gpt2") return bpe(f, *tokens);
-  return make_error(Errc::unsupported, "{}: tokenizer.ggml.model '{}' is not supported (llama, gpt2 are); give -t", f.name(),
-                    model->s);
+  std::unique_ptr<Tokenizer> t;
+  if (model->s == "llama") {
+    LMP_ASSIGN(t, spm(f, *tokens));
+  } else if (model->s == "gpt2") {
+    LMP_ASSIGN(t, bpe(f, *tokens));
+  } else {
+    return make_error(Errc::unsupported, "{}: tokenizer.ggml.model '{}' is not supported (llama, gpt2 are); give -t",
+                      f.name(), model->s);
+  }
+  // Where a generation ends: the ids the keys name, and the control tokens (type 3) that
+  // are end-of-text or end-of-turn markers (<|eot_id|>, <|im_end|>, ...), as llama.cpp
+  // gathers them.
+  std::vector<TokenId> end;
+  const std::size_t n = tokens->items.size();
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+    if (auto id = id_key(f, key); id && *id >= 0 && static_cast<std::size_t>(*id) < n) end.push_back(*id);
+  const MetaValue* types = array_of(f, "tokenizer.ggml.token_type", MetaType::i32);
+  for (std::size_t i = 0; types && types->items.size() == n && i < n; ++i)
+    if (types->items[i].i == 3 && is_end_marker(tokens->items[i].s)) end.push_back(static_cast<TokenId>(i));
+  t->set_end_ids(std::move(end));
+  return t;
 }
 
 }  // namespace lmp::tok

@@ -73,6 +73,18 @@ std::optional<std::string_view> Tokenizer::piece(TokenId id) const {
   return std::nullopt;
 }
 
+TokenId Tokenizer::id_of(std::string_view text) const {
+  for (const auto& a : added_)
+    if (a.content == text) return a.id;
+  return model_->find(text);
+}
+
+void Tokenizer::set_end_ids(std::vector<TokenId> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  end_ids_ = std::move(ids);
+}
+
 std::string Tokenizer::token_string(TokenId id) const {
   if (const AddedToken* a = added_token(id)) return a->content;
   auto p = piece(id);

@@ -897,7 +897,10 @@ Result<std::unique_ptr<Tokenizer>> load_sentencepiece(const std::string& path) {
   spec.decoder = Decoder::sentencepiece;
   if (sp->bos_id() >= 0) spec.template_prefix = {sp->bos_id()};
   TokenizerInfo info{path, "sentencepiece", "none"};
-  return std::make_unique<Tokenizer>(std::move(sp), std::move(spec), std::vector<AddedToken>{}, std::move(info));
+  const TokenId eos = sp->eos_id();
+  auto t = std::make_unique<Tokenizer>(std::move(sp), std::move(spec), std::vector<AddedToken>{}, std::move(info));
+  if (eos >= 0) t->set_end_ids({eos});
+  return t;
 }
 
 // ---- HF Unigram tokenizer.json --------------------------------------------------------

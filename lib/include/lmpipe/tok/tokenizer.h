@@ -127,6 +127,14 @@ class Tokenizer {
   // The token as the tokenizer's files spell it: byte-level text (Ġ for a space) for
   // byte-level BPE, the piece with "##" for WordPiece; "?" for an id that does not exist.
   std::string token_string(TokenId id) const;
+  // The id of a token given by its text: an added token's content, or the model's own
+  // spelling of it (token_text: "</s>", "Ġthe", "##ing"); -1 when there is none.
+  TokenId id_of(std::string_view text) const;
+  // The ids that end a generation (end of sequence, end of turn), where the tokenizer's
+  // file names them (a GGUF's tokenizer.ggml.eos/eot/eom_token_id, a .model's </s>);
+  // end_of_generation_ids (end_ids.h) also looks beside a tokenizer.json. Sorted, unique.
+  const std::vector<TokenId>& end_ids() const { return end_ids_; }
+  void set_end_ids(std::vector<TokenId> ids);
   // The added token with this id, or null.
   const AddedToken* added_token(TokenId id) const {
     auto i = static_cast<std::size_t>(id);
@@ -165,6 +173,7 @@ class Tokenizer {
   std::vector<AddedToken> added_;        // sorted by content length, longest first
   std::vector<const AddedToken*> by_id_;  // (vocab_size) id → added token, or null
   std::size_t vocab_size_ = 0;
+  std::vector<TokenId> end_ids_;
   std::array<bool, 256> added_first_{};   // first bytes of added tokens
   TokenizerInfo info_;
 };
