@@ -258,7 +258,7 @@ Status run(const Options& o, cli::Output& out) {
                     : "at a --stop string";
       else
         how = fmt::format("{} of {} samples at an end-of-sequence token, {} at a --stop string", ended, o.samples, stopped);
-      cli::note(fmt::format("ended {} before -n {} (--ignore-eos to go on past end-of-sequence tokens)", how, o.n));
+      cli::note(fmt::format("ended {}{}", how, ended ? " (--ignore-eos goes on to -n)" : ""));
     }
     if (o.samples > 1)
       cli::note(fmt::format("{} samples share the prompt's {} tokens: {} allocated against {} for {} separate caches ({:.1f}% saved)",
