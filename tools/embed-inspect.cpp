@@ -448,9 +448,9 @@ int main(int argc, char** argv) {
   CLI::App app;
   app.add_option("MODEL", o.model, "GGUF, safetensors, llama2.c checkpoint or .npy matrix");
   app.add_option("--what-if-vocab", o.what_if, "memory of embedding and output at these vocabulary sizes")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 32));
+      ->check(cli::Range(std::int64_t{1}, std::int64_t{1} << 32));
   app.add_option("--hidden", o.hidden, "hidden size for --what-if-vocab (default: the model's)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+      ->check(cli::Range(std::int64_t{1}, std::int64_t{1} << 24));
   app.add_option("--dtype", o.dtype, "element type for --what-if-vocab: f32, f16, bf16, q8_0, q4_0 (default: the model's, or f32)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   app.add_option("--training", o.training, "adam: also the memory of training with Adam")->check(CLI::IsMember({"adam"}));
@@ -471,10 +471,10 @@ int main(int argc, char** argv) {
   nb_cmd->add_option("MODEL", o.model, "model file")->required();
   nb_cmd->add_option("TOKEN", o.tokens, "token ids, tokens as the vocabulary spells them, or texts that are one token")
       ->required();
-  nb_cmd->add_option("-k", o.k, "how many (default 10)")->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24));
+  nb_cmd->add_option("-k", o.k, "how many (default 10)")->check(cli::Range(std::size_t{1}, std::size_t{1} << 24));
   nb_cmd->add_option("-t,--tokenizer", o.tokenizer, "token strings from this tokenizer (GGUF files carry their own)");
   nb_cmd->add_option("--tensor", o.tensor, "the embedding tensor's name");
-  nb_cmd->add_option("-j,--threads", o.threads, "threads for the scan (default 1)")->check(CLI::Range(1, 256));
+  nb_cmd->add_option("-j,--threads", o.threads, "threads for the scan (default 1)")->check(cli::Range(1, 256));
   nb_cmd->add_flag("--json", o.json, "as JSON");
   nb_cmd->add_flag("--timing", o.timing, "print each scan's time and memory bandwidth on stderr");
   nb_cmd->add_option("-o,--output", o.output, "write here instead of standard output");
@@ -485,7 +485,7 @@ int main(int argc, char** argv) {
   st_cmd->add_option("--tensor", o.tensor, "the matrix's tensor name");
   st_cmd->add_flag("--output-matrix", o.output_matrix, "the output projection instead of the embedding (untied models)");
   st_cmd->add_option("--top", o.top, "how many small rows and duplicate groups to list (default 10)");
-  st_cmd->add_option("-j,--threads", o.threads, "threads (default 1)")->check(CLI::Range(1, 256));
+  st_cmd->add_option("-j,--threads", o.threads, "threads (default 1)")->check(cli::Range(1, 256));
   st_cmd->add_flag("--json", o.json, "as JSON");
   st_cmd->add_option("-o,--output", o.output, "write here instead of standard output");
 

@@ -289,9 +289,9 @@ int main(int argc, char** argv) {
   app.add_option("--ids", o.ids, "prompt token ids (text or .npy; '-' for standard input), taken as given");
   app.add_flag("--ignore-eos", o.ignore_eos, "go on past the tokenizer's end-of-sequence and end-of-turn tokens");
   app.add_flag("--bos", o.bos, "with -p: put the tokenizer's prefix (BOS) before the prompt");
-  app.add_option("-n", o.n, "tokens to generate (default 128)")->check(CLI::Range(1, 1 << 24));
-  app.add_option("--ctx", o.ctx, "context length (default: prompt + n, at most the model's)")->check(CLI::Range(1, 1 << 24));
-  app.add_option("-j,--threads", o.threads, "threads (default 1)")->check(CLI::Range(1, 256));
+  app.add_option("-n", o.n, "tokens to generate (default 128)")->check(cli::Range(1, 1 << 24));
+  app.add_option("--ctx", o.ctx, "context length (default: prompt + n, at most the model's)")->check(cli::Range(1, 1 << 24));
+  app.add_option("-j,--threads", o.threads, "threads (default 1)")->check(cli::Range(1, 256));
   app.add_option("--emit", o.emit, "text (default with -t), ids, or logits (.npy rows, f32)")
       ->check(CLI::IsMember({"text", "ids", "logits"}));
   app.add_flag("--no-cache", o.no_cache, "recompute the whole sequence at every step (same logits, slower)");
@@ -302,26 +302,26 @@ int main(int argc, char** argv) {
                  "bytes ahead that the decode step prefetches the weights it streams, every weight type (default "
                  "4096; f32, f16 and bf16 weights 0 on AMD Zen 4; 0 = off; rows of 4096 or more on the AVX2 path fetch "
                  "their next block whatever this says)")
-      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 24));
+      ->check(cli::Range(std::size_t{0}, std::size_t{1} << 24));
   std::string kv_layout = "contiguous", kv_type = "f32", kv_evict = "none", kv_memory;
   app.add_option("--kv", kv_layout, "KV-cache layout: contiguous (default) or paged")
       ->check(CLI::IsMember({"contiguous", "paged"}));
   app.add_option("--kv-type", kv_type, "KV-cache storage: f32 (default), f16, int8, int4, int4-kivi")
       ->check(CLI::IsMember({"f32", "f16", "int8", "int4", "int4-kivi", "q8_0", "q4_0"}));
-  app.add_option("--kv-block", o.kv.block_size, "tokens per block of the paged cache (default 16)")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--kv-block", o.kv.block_size, "tokens per block of the paged cache (default 16)")->check(cli::Range(1, 1 << 16));
   app.add_option("--kv-evict", kv_evict, "at the context limit: none (an error, default), window, sinks (StreamingLLM)")
       ->check(CLI::IsMember({"none", "window", "sinks"}));
-  app.add_option("--kv-sinks", o.kv.n_sink, "attention sinks kept by --kv-evict sinks (default 4)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--kv-sinks", o.kv.n_sink, "attention sinks kept by --kv-evict sinks (default 4)")->check(cli::Range(0, 1 << 20));
   app.add_option("--kv-memory", kv_memory, "budget of the KV cache (e.g. 512MiB): an error when it runs out");
   app.add_option("--num-samples", o.samples, "continuations of the prompt, sharing its keys and values (default 1)")
-      ->check(CLI::Range(1, 4096));
+      ->check(cli::Range(1, 4096));
   app.add_option("--stop", o.stops, "stop once the generated text contains STR (repeatable; needs a tokenizer, with any --emit)")->allow_extra_args(false);
-  app.add_option("--temperature", o.sampling.temperature, "0 = greedy (default 1)")->check(CLI::Range(0.0f, 1e6f));
+  app.add_option("--temperature", o.sampling.temperature, "0 = greedy (default 1)")->check(cli::Range(0.0f, 1e6f));
   app.add_flag("--greedy", o.greedy, "the most likely token every step (--temperature 0)");
-  app.add_option("--top-k", o.sampling.top_k, "top-k (0 = off)")->check(CLI::Range(0, 1 << 30));
-  app.add_option("--top-p", o.sampling.top_p, "top-p (1 = off)")->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--min-p", o.sampling.min_p, "min-p (0 = off)")->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--repeat-penalty", o.sampling.repeat_penalty, "repetition penalty (1 = off)")->check(CLI::Range(0.0001f, 100.0f));
+  app.add_option("--top-k", o.sampling.top_k, "top-k (0 = off)")->check(cli::Range(0, 1 << 30));
+  app.add_option("--top-p", o.sampling.top_p, "top-p (1 = off)")->check(cli::Range(0.0f, 1.0f));
+  app.add_option("--min-p", o.sampling.min_p, "min-p (0 = off)")->check(cli::Range(0.0f, 1.0f));
+  app.add_option("--repeat-penalty", o.sampling.repeat_penalty, "repetition penalty (1 = off)")->check(cli::Range(0.0001f, 100.0f));
   app.add_option("--order", o.sampling.order, "sampler order: hf (default), llama, or a list (see sample --help)");
   app.add_option("--seed", o.seed, "random seed (default: a random one)");
   app.add_flag("--json", o.json, "the end-of-run statistics as JSON on stderr");

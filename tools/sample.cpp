@@ -236,21 +236,21 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app;
   app.add_option("FILE", o.files, "logits: .npy [vocab] or [rows, vocab], f32 or f16, or a stream of such arrays");
-  app.add_option("-n,--draws", o.n, "ids drawn per row (default 1)")->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
-  app.add_option("--temperature", o.cfg.temperature, "divide logits by T; 0 = greedy (default 1)")->check(CLI::Range(0.0f, 1e6f));
+  app.add_option("-n,--draws", o.n, "ids drawn per row (default 1)")->check(cli::Range(std::size_t{1}, std::size_t{1} << 20));
+  app.add_option("--temperature", o.cfg.temperature, "divide logits by T; 0 = greedy (default 1)")->check(cli::Range(0.0f, 1e6f));
   app.add_flag("--greedy", o.greedy, "the first maximum (same as --temperature 0)");
-  app.add_option("--top-k", o.cfg.top_k, "keep the K most likely (0 = off)")->check(CLI::Range(0, 1 << 30));
+  app.add_option("--top-k", o.cfg.top_k, "keep the K most likely (0 = off)")->check(cli::Range(0, 1 << 30));
   app.add_option("--top-k-ties", o.ties, "keep every candidate tied with the K-th (HF, default with --order hf) or cut to K by lowest id (llama.cpp)")
       ->check(CLI::IsMember({"keep", "cut"}));
   app.add_option("--top-p", o.cfg.top_p, "keep the smallest set of most likely candidates whose mass reaches P (1 = off)")
-      ->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--min-p", o.cfg.min_p, "keep candidates with probability >= P × the top one (0 = off)")->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--typical", o.cfg.typical, "locally typical sampling with mass P (1 = off)")->check(CLI::Range(0.0001f, 1.0f));
+      ->check(cli::Range(0.0f, 1.0f));
+  app.add_option("--min-p", o.cfg.min_p, "keep candidates with probability >= P × the top one (0 = off)")->check(cli::Range(0.0f, 1.0f));
+  app.add_option("--typical", o.cfg.typical, "locally typical sampling with mass P (1 = off)")->check(cli::Range(0.0001f, 1.0f));
   app.add_option("--repeat-penalty", o.cfg.repeat_penalty, "penalize tokens of the last --penalty-last-n (1 = off)")
-      ->check(CLI::Range(0.0001f, 100.0f));
+      ->check(cli::Range(0.0001f, 100.0f));
   app.add_option("--frequency-penalty", o.cfg.frequency_penalty, "subtract count × F from repeated tokens' logits");
   app.add_option("--presence-penalty", o.cfg.presence_penalty, "subtract P from the logits of tokens seen");
-  app.add_option("--penalty-last-n", o.cfg.penalty_last_n, "the penalties' window of tokens (default 64)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--penalty-last-n", o.cfg.penalty_last_n, "the penalties' window of tokens (default 64)")->check(cli::Range(0, 1 << 20));
   app.add_option("--history", o.history, "token ids (text or .npy) already in the context, for the penalties");
   app.add_option("--min-keep", o.cfg.min_keep, "every truncation keeps at least this many (default 1)");
   app.add_option("--order", o.cfg.order, "hf (default), llama, or a comma list of penalties,temperature,top-k,top-p,min-p,typical");

@@ -303,7 +303,7 @@ int main(int argc, char** argv) {
   app.add_option("-j,--threads", o.threads,
                  "threads for encoding, and for building a large tokenizer's tables (default: the number of cores; "
                  "1 with --sample)")
-      ->check(CLI::Range(1, 256));
+      ->check(cli::Range(1, 256));
   app.add_flag("--no-special", o.no_special, "treat special-token text in the input as ordinary text");
   app.add_flag("--skip-special", o.skip_special, "with --decode: leave special tokens out of the text");
   app.add_option("--pre-tokenizer", o.pre_tokenizer,
@@ -316,12 +316,12 @@ int main(int argc, char** argv) {
   app.add_flag("--lowercase", o.lowercase, "BERT vocab.txt: lowercase and strip accents (default: guessed from the vocabulary)");
   app.add_flag("--no-lowercase", o.no_lowercase, "BERT vocab.txt: keep case and accents");
   app.add_option("--nbest", o.nbest, "unigram .model: the N best segmentations of each line, N lines each, best first")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1024}));
+      ->check(cli::Range(std::size_t{1}, std::size_t{1024}));
   app.add_flag("--sample", o.sample,
                "unigram .model: draw one segmentation per line, with probability ∝ exp(alpha · score) "
                "(subword regularization)");
   app.add_option("--alpha", o.alpha, "with --sample: the smoothing exponent (0.1; 0 = uniform over segmentations)")
-      ->check(CLI::Range(0.0, 100.0));
+      ->check(cli::Range(0.0, 100.0));
   app.add_option("--seed", o.seed, "with --sample: the seed of lmpipe's generator (1): the same draws on every platform");
   app.add_flag("-v,--verbose", o.verbose,
                "report on stderr how long the tokenizer took to load and how fast the text was encoded");

@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"bpe", "wordpiece", "sp-bpe", "unigram"}));
   app.add_option("--character-coverage", o.character_coverage,
                  "sp-bpe: keep the most frequent characters covering this share of the text (0.9995)")
-      ->check(CLI::Range(0.5, 1.0));
+      ->check(cli::Range(0.5, 1.0));
   app.add_flag("--split-digits", o.split_digits, "sp-bpe, unigram: every digit a piece of its own");
   app.add_option("--user-defined-symbol", o.user_defined,
                  "sp-bpe, unigram: a piece matched whole in the text and never trained into (repeatable)")
@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"likelihood", "hf"}));
   app.add_flag("--cased", o.cased, "WordPiece: keep case and accents (default: lowercase and strip them, as uncased BERT)");
   app.add_option("-V,--vocab-size", o.vocab_size, "target vocabulary size, specials and alphabet included (30000)")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
+      ->check(cli::Range(std::size_t{1}, std::size_t{1} << 30));
   app.add_option("-F,--min-frequency", o.min_frequency,
                  "stop merging when the best pair occurs fewer times than this (0)");
   app.add_option("-S,--special-token", o.special_tokens,
@@ -255,7 +255,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-token-length", o.max_token_length, "do not build tokens longer than this many bytes");
   app.add_option("-f,--format", o.format, "hf: tokenizer.json; gpt2: also vocab.json and merges.txt beside it")
       ->check(CLI::IsMember({"hf", "gpt2"}));
-  app.add_option("-j,--threads", o.threads, "counting threads (default: the number of cores)")->check(CLI::Range(1, 256));
+  app.add_option("-j,--threads", o.threads, "counting threads (default: the number of cores)")->check(cli::Range(1, 256));
 
   // `tok-train count`: the map step of a sharded run.
   bool count_quiet = false;
@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
   count->add_option("-m,--model", o.model, "as for training (wordpiece: BERT normalization and split)")
       ->check(CLI::IsMember({"bpe", "wordpiece"}));
   count->add_flag("--cased", o.cased, "as for training");
-  count->add_option("-j,--threads", o.threads, "counting threads")->check(CLI::Range(1, 256));
+  count->add_option("-j,--threads", o.threads, "counting threads")->check(cli::Range(1, 256));
 
   cli::ToolSpec spec{
       "tok-train", "[OPTION]... -o TOKENIZER.json [FILE]...\n       tok-train count [OPTION]... -o COUNTS [FILE]...",

@@ -41,7 +41,7 @@ void die_of_sigpipe() {
 
 void print_error(std::string_view msg) {
   std::fflush(stdout);
-  fmt::print(stderr, "{}: error: {}\n", g_tool, msg);
+  fmt::print(stderr, "{}: error: {}\n", g_tool, printable_message(msg));
 }
 
 std::string help_text(const ToolSpec& spec, CLI::App& app) {
@@ -64,12 +64,47 @@ void set_quiet(bool q) { g_quiet = q; }
 
 void warn(std::string_view msg) {
   std::fflush(stdout);
-  fmt::print(stderr, "{}: warning: {}\n", g_tool, msg);
+  fmt::print(stderr, "{}: warning: {}\n", g_tool, printable_message(msg));
 }
 
 void note(std::string_view msg) {
   if (g_quiet) return;
-  fmt::print(stderr, "{}: {}\n", g_tool, msg);
+  fmt::print(stderr, "{}: {}\n", g_tool, printable_message(msg));
+}
+
+std::string printable_message(std::string_view msg, std::size_t max_bytes) {
+  std::string out;
+  out.reserve(std::min(msg.size(), max_bytes) + 16);
+  std::size_t i = 0;
+  while (i < msg.size() && out.size() < max_bytes) {
+    const auto c = static_cast<unsigned char>(msg[i]);
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7F) out += fmt::format("\\x{:02x}", c);
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // A whole, shortest-form UTF-8 sequence passes; any other byte is shown as \xNN.
+    std::size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    bool ok = n != 0 && i + n <= msg.size();
+    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(msg[i + k]) & 0xC0) == 0x80;
+    if (ok && n >= 3) {
+      const auto c1 = static_cast<unsigned char>(msg[i + 1]);
+      if (c == 0xE0 && c1 < 0xA0) ok = false;   // overlong
+      if (c == 0xED && c1 > 0x9F) ok = false;   // surrogate
+      if (c == 0xF0 && c1 < 0x90) ok = false;   // overlong
+      if (c == 0xF4 && c1 > 0x8F) ok = false;   // past U+10FFFF
+    }
+    if (ok) {
+      out.append(msg.substr(i, n));
+      i += n;
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+    }
+  }
+  if (i < msg.size()) out += fmt::format("... ({} more bytes)", msg.size() - i);
+  return out;
 }
 
 int run_tool(const ToolSpec& spec, CLI::App& app, int argc, char** argv, const std::function<Status()>& body) {

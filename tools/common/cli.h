@@ -14,6 +14,9 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
+
+#include <fmt/format.h>
 
 #include "lmpipe/core/io.h"
 #include "lmpipe/core/result.h"
@@ -49,6 +52,26 @@ void set_quiet(bool q);
 // Warnings and notes on stderr: "tool: warning: ...".
 void warn(std::string_view msg);
 void note(std::string_view msg);  // silenced by --quiet
+
+// CLI::Range with a plain message: "--top-p: 1.5 is outside [0, 1]" rather than CLI11's
+// "Value 1.5 not in range 0.000000 to 1.000000"; the help text is CLI11's own.
+class Range : public CLI::Range {
+ public:
+  template <typename T>
+  Range(T lo, T hi) : CLI::Range(lo, hi) {
+    func_ = [lo, hi](std::string& input) {
+      T v{};
+      if (!CLI::detail::lexical_cast(input, v))
+        return fmt::format("'{}' is not {}", input, std::is_integral_v<T> ? "an integer" : "a number");
+      if (v < lo || v > hi) return fmt::format("{} is outside [{}, {}]", input, lo, hi);
+      return std::string();
+    };
+  }
+};
+
+// An error message made safe for a terminal: control bytes (but newlines and tabs) and
+// bytes that are not UTF-8 become \xNN, and it is cut to at most `max_bytes`.
+std::string printable_message(std::string_view msg, std::size_t max_bytes = 2000);
 
 // Standard output or an atomically written file. Writes are buffered; EPIPE ends the
 // process as SIGPIPE would (quietly).

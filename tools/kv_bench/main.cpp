@@ -68,16 +68,16 @@ int main(int argc, char** argv) {
               return model::preset(v) ? std::string() : fmt::format("unknown preset '{}' ({})", v, fmt::join(model::preset_names(), ", "));
             },
             "NAME"));
-    sc->add_option("--n-layer", com.spec.shape.n_layer, "layers (alone, or over the preset's)")->check(CLI::Range(1, 1 << 12));
-    sc->add_option("--n-embd", com.spec.shape.n_embd, "model width")->check(CLI::Range(2, 1 << 20));
-    sc->add_option("--n-head", com.spec.shape.n_head, "attention heads")->check(CLI::Range(1, 1 << 12));
-    sc->add_option("--n-kv-head", com.spec.shape.n_kv_head, "key/value heads (default: --n-head)")->check(CLI::Range(1, 1 << 12));
-    sc->add_option("--n-ff", com.spec.shape.n_ff, "feed-forward width (default: 8/3 n_embd)")->check(CLI::Range(1, 1 << 22));
-    sc->add_option("--n-vocab", com.spec.shape.n_vocab, "vocabulary (default 32000)")->check(CLI::Range(2, 1 << 24));
+    sc->add_option("--n-layer", com.spec.shape.n_layer, "layers (alone, or over the preset's)")->check(cli::Range(1, 1 << 12));
+    sc->add_option("--n-embd", com.spec.shape.n_embd, "model width")->check(cli::Range(2, 1 << 20));
+    sc->add_option("--n-head", com.spec.shape.n_head, "attention heads")->check(cli::Range(1, 1 << 12));
+    sc->add_option("--n-kv-head", com.spec.shape.n_kv_head, "key/value heads (default: --n-head)")->check(cli::Range(1, 1 << 12));
+    sc->add_option("--n-ff", com.spec.shape.n_ff, "feed-forward width (default: 8/3 n_embd)")->check(cli::Range(1, 1 << 22));
+    sc->add_option("--n-vocab", com.spec.shape.n_vocab, "vocabulary (default 32000)")->check(cli::Range(2, 1 << 24));
     if (runnable) {
       sc->add_option("--dtype", com.spec.dtype, "weights of a random model: f32 (default), f16, bf16, q8_0, q4_0")
           ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
-      sc->add_option("-j,--threads", com.threads, "threads (default 1)")->check(CLI::Range(1, 256));
+      sc->add_option("-j,--threads", com.threads, "threads (default 1)")->check(cli::Range(1, 256));
     }
     sc->add_flag("--json", json, "the report as JSON (fields: docs/kv-bench.md)");
     sc->add_flag("--csv", csv, "the report's tables as CSV");
@@ -89,15 +89,15 @@ int main(int argc, char** argv) {
   CLI::App* sp = app.add_subcommand("speedup", "generation time without and with the cache; per-step curves");
   common(sp, true);
   sp->add_option("--lengths", lengths, "tokens to generate, a list (default 128,512,2048)");
-  sp->add_option("--prompt", so.prompt, "prompt tokens (default 1)")->check(CLI::Range(1, 1 << 20));
-  sp->add_option("--repeats", so.repeats, "runs per length; times are medians (default 1)")->check(CLI::Range(1, 100));
+  sp->add_option("--prompt", so.prompt, "prompt tokens (default 1)")->check(cli::Range(1, 1 << 20));
+  sp->add_option("--repeats", so.repeats, "runs per length; times are medians (default 1)")->check(cli::Range(1, 100));
   sp->add_option("--plot", com.plot, "write the per-step and total-time curves as SVG");
 
   MemoryOptions mo;
   CLI::App* me = app.add_subcommand("memory", "bytes per token by formula and by allocator; MHA, GQA, MQA; every type");
   common(me, false);
-  me->add_option("--ctx", mo.ctx, "context length of the totals (default: the model's)")->check(CLI::Range(1, 1 << 26));
-  me->add_option("--tokens", mo.tokens, "tokens stored to measure the allocator (default 256)")->check(CLI::Range(1, 1 << 20));
+  me->add_option("--ctx", mo.ctx, "context length of the totals (default: the model's)")->check(cli::Range(1, 1 << 26));
+  me->add_option("--tokens", mo.tokens, "tokens stored to measure the allocator (default 256)")->check(cli::Range(1, 1 << 20));
   me->add_option("--plot", com.plot, "write size against context as SVG");
 
   PagedOptions po;
@@ -105,18 +105,18 @@ int main(int argc, char** argv) {
   bool memory_given = false;
   CLI::App* pg = app.add_subcommand("paged", "a served workload: waste and capacity of contiguous against paged storage");
   common(pg, true);
-  pg->add_option("--requests", po.requests, "requests (default 256)")->check(CLI::Range(1, 1 << 20));
+  pg->add_option("--requests", po.requests, "requests (default 256)")->check(cli::Range(1, 1 << 20));
   pg->add_option("--prompt-len", plen, "prompt lengths MIN:MAX, uniform (default 32:1024)");
   pg->add_option("--output-len", olen, "output lengths MIN:MAX, uniform (default 32:512)");
-  pg->add_option("--ctx", po.ctx, "context per sequence: what contiguous storage reserves (default 2048)")->check(CLI::Range(2, 1 << 24));
+  pg->add_option("--ctx", po.ctx, "context per sequence: what contiguous storage reserves (default 2048)")->check(cli::Range(2, 1 << 24));
   pg->add_option("--memory", po.memory, "KV-cache budget (default: 64 contiguous sequences' worth)");
   pg->add_option("--blocks", blocks, "block sizes to compare (default 1,8,16,32,64,128)");
   pg->add_option("--kv-type", po.kv_type, "storage type for the bytes (default f16)")->check(CLI::IsMember({"f32", "f16", "int8", "int4"}));
-  pg->add_option("--decode", po.decode, "tokens decoded in all to compare speeds, 0 to skip (default 256)")->check(CLI::Range(0, 1 << 20));
+  pg->add_option("--decode", po.decode, "tokens decoded in all to compare speeds, 0 to skip (default 256)")->check(cli::Range(0, 1 << 20));
   pg->add_option("--decode-seqs", po.decode_seqs,
                  "sequences growing together in the speed comparison (default 4; 1: one sequence grown alone, the "
                  "paged cache's best case)")
-      ->check(CLI::Range(1, 4096));
+      ->check(cli::Range(1, 4096));
   pg->add_option("--seed", po.seed, "workload seed (default 1)");
 
   QualityOptions qo;
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
   CLI::App* qu = app.add_subcommand("quality", "f16, int8, int4 caches against f32: attention error, KL, top-1, perplexity");
   common(qu, true);
   qu->add_option("--ids", qo.ids, "token ids to score (text or .npy, '-' for standard input); default: the model's own sample");
-  qu->add_option("--tokens", qo.tokens, "tokens to sample, or to keep of --ids (default 256)")->check(CLI::Range(2, 1 << 20));
+  qu->add_option("--tokens", qo.tokens, "tokens to sample, or to keep of --ids (default 256)")->check(cli::Range(2, 1 << 20));
   qu->add_option("--seed", qo.seed, "seed of the sampled text (default 1)");
   qu->add_option("--types", types, "storage types to compare (default f16,int8,int4,int4-kivi)");
 
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
   CLI::App* pn = app.add_subcommand("plan", "the largest batch that fits next to the weights, per attention variant and type");
   common(pn, false);
   pn->add_option("--memory", pl.memory, "device or host memory (default 24GiB)");
-  pn->add_option("--ctx", pl.ctx, "tokens per sequence (default: the model's context)")->check(CLI::Range(1, 1 << 26));
+  pn->add_option("--ctx", pl.ctx, "tokens per sequence (default: the model's context)")->check(cli::Range(1, 1 << 26));
   pn->add_option("--weights", pl.weights, "weights' type: f32, f16 (default), bf16, q8_0, q4_0");
   pn->add_option("--reserve", pl.reserve, "memory kept for activations and the runtime (default 0)");
 

@@ -19,8 +19,10 @@ Status parse_id_line(std::string_view line, const std::string& name, std::size_t
                (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r');
     if (bad) {
       std::size_t e = line.find_first_of(" \t", s);
-      return make_error(Errc::parse, "{}:{}: invalid token id '{}'", name, line_no,
-                        line.substr(s, e == std::string_view::npos ? line.size() - s : e - s));
+      std::string_view word = line.substr(s, e == std::string_view::npos ? line.size() - s : e - s);
+      constexpr std::size_t kShown = 32;  // a binary file has no spaces to end the word
+      return make_error(Errc::parse, "{}:{}: invalid token id '{}{}'", name, line_no, word.substr(0, kShown),
+                        word.size() > kShown ? "..." : "");
     }
     ids.push_back(static_cast<TokenId>(neg ? -v : v));
   }
