@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app;
   app.add_option("-m,--model", o.model, "GGUF (llama, qwen2) or llama2.c checkpoint (required)");
-  app.add_option("-t,--tokenizer", o.tokenizer, "tokenizer for -p and for text output (tokenizer.json, .model, ...)");
+  app.add_option("-t,--tokenizer", o.tokenizer, "tokenizer for -p and for text output (tokenizer.json, .model, ..., or a model directory)");
   app.add_option("-p,--prompt", o.prompt, "prompt text (needs -t)");
   app.add_option("--ids", o.ids, "prompt token ids (text or .npy; '-' for standard input), taken as given");
   app.add_flag("--ignore-eos", o.ignore_eos, "go on past the tokenizer's end-of-sequence and end-of-turn tokens");

@@ -288,7 +288,8 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app;
   app.add_option("-t,--tokenizer", o.tokenizer,
-                 "tokenizer file: HF tokenizer.json, GPT-2 vocab.json (merges.txt beside it), or a .tiktoken file")
+                 "tokenizer: HF tokenizer.json, GPT-2 vocab.json (merges.txt beside it), .tiktoken, vocab.txt, .model, "
+                 "GGUF, or a model directory holding one")
       ->required();
   app.add_option("FILE", o.files, "input files (default: standard input)");
   app.add_option("-o,--output", o.output, "write to FILE instead of standard output (atomically)");

@@ -629,3 +629,55 @@ TEST_CASE("end_of_generation_ids: the configs beside a tokenizer.json, else its 
   CHECK(is_end_marker("<|eot_id|>"));
   CHECK_FALSE(is_end_marker("<s>"));
 }
+
+TEST_CASE("a model directory stands for the tokenizer file in it", "[tok][dir]") {
+  namespace fs = std::filesystem;
+  const std::string dir = "/tmp/lmp_tok_dir_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir + "/" + name) << text; };
+  auto tok = small_tokenizer("gpt2", true);
+  auto found = [](const std::string& d) {
+    auto r = tokenizer_file_in(d);
+    return r.ok() ? r.value() : "error: " + r.error().message;
+  };
+  // Nothing to find: the error names the directory and what was looked for.
+  auto none = tokenizer_file_in(dir);
+  REQUIRE_FALSE(none.ok());
+  CHECK_THAT(none.error().message, Catch::Contains(dir + ": a directory with no tokenizer file"));
+  CHECK_FALSE(load_tokenizer(dir).ok());
+  // vocab.json alone is not enough (its merges are missing); vocab.txt is.
+  write("vocab.json", to_vocab_json(*tok));
+  CHECK_FALSE(tokenizer_file_in(dir).ok());
+  write("vocab.txt", to_vocab_txt(*tok));
+  CHECK(found(dir) == dir + "/vocab.txt");
+  write("merges.txt", to_merges_txt(*tok));
+  CHECK(found(dir) == dir + "/vocab.json");
+  // tokenizer.json comes first, with or without a slash after the directory.
+  write("tokenizer.json", to_tokenizer_json(*tok));
+  CHECK(found(dir) == dir + "/tokenizer.json");
+  CHECK(found(dir + "/") == dir + "/tokenizer.json");
+  auto from_dir = load_tokenizer(dir);
+  REQUIRE(from_dir.ok());
+  std::vector<TokenId> a, b;
+  Session s1(**from_dir), s2(*tok);
+  (*from_dir)->encode("hello world", a, s1);
+  tok->encode("hello world", b, s2);
+  CHECK(a == b);
+  // The end-of-generation ids are looked up in the directory itself.
+  write("generation_config.json", R"({"eos_token_id": 5})");
+  auto ends = end_of_generation_ids(**from_dir, dir);
+  REQUIRE(ends.ok());
+  CHECK(*ends == std::vector<TokenId>{5});
+  // Two rank files and nothing else: ask which.
+  const std::string ranks = dir + "/ranks";
+  fs::create_directories(ranks);
+  std::ofstream(ranks + "/a.tiktoken") << "YQ== 0\n";
+  std::ofstream(ranks + "/b.tiktoken") << "YQ== 0\n";
+  auto two = tokenizer_file_in(ranks);
+  REQUIRE_FALSE(two.ok());
+  CHECK_THAT(two.error().message, Catch::Contains("2 .tiktoken files"));
+  fs::remove(ranks + "/b.tiktoken");
+  CHECK(found(ranks) == ranks + "/a.tiktoken");
+  fs::remove_all(dir);
+}

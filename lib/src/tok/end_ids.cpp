@@ -60,9 +60,11 @@ bool is_end_marker(std::string_view text) {
 Result<std::vector<TokenId>> end_of_generation_ids(const Tokenizer& t, const std::string& path) {
   if (!t.end_ids().empty()) return t.end_ids();
   std::vector<TokenId> ids;
-  const std::size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
   std::error_code ec;
+  const std::size_t slash = path.find_last_of('/');
+  const std::string dir = std::filesystem::is_directory(path, ec)
+                              ? (path.back() == '/' ? path : path + "/")
+                              : slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
   if (const std::string g = dir + "generation_config.json"; std::filesystem::is_regular_file(g, ec))
     LMP_TRY(from_generation_config(t, g, ids));
   if (const std::string c = dir + "tokenizer_config.json"; std::filesystem::is_regular_file(c, ec))

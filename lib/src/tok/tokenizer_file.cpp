@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <unordered_map>
@@ -1162,7 +1163,38 @@ bool looks_like_tokenizer_json(std::string_view text) {
 }
 }  // namespace
 
+Result<std::string> tokenizer_file_in(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string d = !dir.empty() && dir.back() == '/' ? dir : dir + "/";
+  auto is_file = [&](const std::string& p) { return fs::is_regular_file(p, ec); };
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (is_file(d + name)) return d + name;
+  if (is_file(d + "vocab.json") && is_file(d + "merges.txt")) return d + "vocab.json";
+  for (const char* name : {"vocab.txt", "tokenizer.bin"})
+    if (is_file(d + name)) return d + name;
+  std::vector<std::string> ranks;
+  for (fs::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n.size() > 9 && n.compare(n.size() - 9, 9, ".tiktoken") == 0 && is_file(d + n)) ranks.push_back(n);
+  }
+  if (ec) return make_error(Errc::io, "{}: cannot list the directory: {}", dir, ec.message());
+  std::sort(ranks.begin(), ranks.end());
+  if (ranks.size() == 1) return d + ranks[0];
+  if (ranks.size() > 1)
+    return make_error(Errc::invalid_argument, "{}: {} .tiktoken files ({}, ...): name one", dir, ranks.size(),
+                      ranks[0]);
+  return make_error(Errc::io,
+                    "{}: a directory with no tokenizer file in it (looked for tokenizer.json, "
+                    "tokenizer.model, vocab.json with merges.txt, vocab.txt, tokenizer.bin, *.tiktoken)",
+                    dir);
+}
+
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, const LoadOptions& opts) {
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
+    LMP_ASSIGN(std::string file, tokenizer_file_in(path));
+    return load_tokenizer(file, opts);
+  }
   // "vocab.json:merges.txt" names the GPT-2 pair explicitly.
   auto colon = path.find(':');
   if (colon != std::string::npos && path.size() > 5 && path.substr(colon - 5, 5) == ".json")

@@ -194,9 +194,15 @@ struct LoadOptions {
 
 // Load a tokenizer file, detecting the format: HF tokenizer.json, GPT-2 vocab.json
 // (with merges.txt beside it, or "vocab.json:merges.txt"), a tiktoken rank file, a BERT
-// vocab.txt (one WordPiece token per line), or a SentencePiece .model.
+// vocab.txt (one WordPiece token per line), or a SentencePiece .model. A directory (an HF
+// model's) stands for the tokenizer file in it (tokenizer_file_in).
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
                                                   const LoadOptions& opts = {});
+
+// The tokenizer file of a model directory, the first of tokenizer.json, tokenizer.model,
+// vocab.json (with merges.txt), vocab.txt, tokenizer.bin and a single *.tiktoken; an error
+// naming what was looked for when there is none.
+Result<std::string> tokenizer_file_in(const std::string& dir);
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer_json(std::string text,
                                                        const std::string& name, int threads = 1);
