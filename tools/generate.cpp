@@ -15,6 +15,7 @@
 #include "lmpipe/core/npy.h"
 #include "lmpipe/core/thread_pool.h"
 #include "lmpipe/kv/kv_cache.h"
+#include "lmpipe/model/perplexity.h"
 #include "lmpipe/model/synth.h"
 #include "lmpipe/model/transformer.h"
 #include "lmpipe/sample/sampler.h"
@@ -37,6 +38,10 @@ struct Options {
   int n = 128, ctx = 0, threads = 1, samples = 1;
   std::optional<std::size_t> prefetch;  // --prefetch; unset: the library's defaults
   kv::KvConfig kv;  // layout, type, block, eviction, budget from the options
+  // generate perplexity: the text (with -t) and the windows
+  std::string text;
+  int stride = 0, batch = 512;
+  bool per_token = false;
   bool no_cache = false, no_mmap = false, json = false, greedy = false, force = false, bos = false, emit_given = false,
        ignore_eos = false;
 };
@@ -268,6 +273,111 @@ Status run(const Options& o, cli::Output& out) {
   return {};
 }
 
+// Tab, newline and backslash escaped, so that a token's text stays in its column.
+std::string tsv_field(std::string_view s) {
+  std::string o;
+  for (char ch : s) {
+    if (ch == '\t') o += "\\t";
+    else if (ch == '\n') o += "\\n";
+    else if (ch == '\r') o += "\\r";
+    else if (ch == '\\') o += "\\\\";
+    else o += ch;
+  }
+  return o;
+}
+
+// generate perplexity: the model's perplexity on a text or ids, in sliding windows.
+Status run_perplexity(const Options& o, cli::Output& out) {
+  auto t_load = Clock::now();
+  LMP_ASSIGN(auto file, tensor_io::TensorFile::open(o.model, o.no_mmap ? MappedFile::Load::copy : MappedFile::Load::map));
+  LMP_ASSIGN(auto model, model::Transformer::load(*file));
+  const model::Config& c = model->config();
+  std::unique_ptr<tok::Tokenizer> tok;
+  if (!o.tokenizer.empty()) {
+    LMP_ASSIGN(tok, tok::load_tokenizer(o.tokenizer));
+  } else if (file->meta("tokenizer.ggml.model")) {
+    LMP_ASSIGN(tok, tok::load_gguf_tokenizer(*file));
+  }
+  if (tok && tok->vocab_size() > static_cast<std::size_t>(c.n_vocab))
+    return make_error(Errc::parse, "the tokenizer {} has {} tokens but the model {} only {}: they do not belong together",
+                      o.tokenizer.empty() ? o.model : o.tokenizer, tok->vocab_size(), o.model, c.n_vocab);
+  std::vector<TokenId> ids;
+  std::string source;
+  if (!o.ids.empty()) {
+    LMP_ASSIGN(auto buf, io::read_file(o.ids));
+    source = o.ids == "-" ? "<stdin>" : o.ids;
+    LMP_TRY(tok::parse_ids(buf, source, ids));
+  } else {
+    if (!tok) return make_error(Errc::invalid_argument, "a text needs a tokenizer: give -t (the model file carries none), or --ids");
+    LMP_ASSIGN(auto text, io::read_file(o.text));
+    source = o.text == "-" ? "<stdin>" : o.text;
+    tok::Session session(*tok);
+    if (o.bos) ids.assign(tok->template_prefix().begin(), tok->template_prefix().end());
+    tok->encode(text, ids, session);
+  }
+  if (ids.size() < 2)
+    return make_error(Errc::invalid_argument, "{}: {} token{}: perplexity needs at least 2", source, ids.size(),
+                      ids.size() == 1 ? "" : "s");
+  model::PerplexityOptions po;
+  po.window = o.ctx ? o.ctx : std::min(c.n_ctx_train > 0 ? c.n_ctx_train : 512, 512);
+  po.window = std::min<int>(po.window, static_cast<int>(ids.size()));
+  po.stride = o.stride ? std::min(o.stride, po.window) : std::max(1, po.window / 2);
+  po.batch = o.batch;
+  po.kv = o.kv;
+  if (o.ctx > c.n_ctx_train && c.n_ctx_train > 0)
+    cli::warn(fmt::format("--ctx {} is past the {} tokens the model was trained on", o.ctx, c.n_ctx_train));
+  if (o.prefetch) model::set_prefetch_distance(*o.prefetch);
+  ThreadPool pool(o.threads);
+  const double load_s = secs(t_load, Clock::now());
+  cli::Progress progress("perplexity");
+  const std::size_t to_score = ids.size() - 1;
+  std::string line;
+  auto on_token = [&](const model::TokenScore& t) -> Status {
+    if (!o.per_token) return {};
+    line = fmt::format("{}\t{}\t{:.6f}\t{}\t{}", t.pos, t.id, t.logprob, t.top1 ? 1 : 0, t.context);
+    if (tok) line += "\t" + tsv_field(tok->token_string(t.id));
+    line += '\n';
+    return out.write(line);
+  };
+  auto t0 = Clock::now();
+  LMP_ASSIGN(auto r, model::perplexity(*model, ids, po, pool, on_token, [&](std::size_t done) {
+    progress.update(static_cast<double>(done) / static_cast<double>(to_score), fmt::format("{} tokens", done));
+  }));
+  progress.done();
+  const double run_s = secs(t0, Clock::now());
+  const double rate = run_s > 0 ? static_cast<double>(r.evaluated) / run_s : 0.0;
+  const double top1 = r.scored ? 100.0 * static_cast<double>(r.top1) / static_cast<double>(r.scored) : 0.0;
+  const std::string kv_desc = fmt::format("{} {}", kv::layout_name(po.kv.layout), kv::kv_type_name(po.kv.type));
+  std::string report;
+  if (o.json) {
+    std::string desc, src;
+    json::append_string(desc, model->describe());
+    json::append_string(src, source);
+    report = fmt::format(
+        "{{\"model\":{},\"source\":{},\"tokens\":{},\"scored\":{},\"windows\":{},\"window\":{},\"stride\":{},"
+        "\"evaluated\":{},\"nll\":{:.8f},\"perplexity\":{:.8g},\"top1_fraction\":{:.6f},\"kv\":\"{}\",\"threads\":{},"
+        "\"load_s\":{:.6f},\"run_s\":{:.6f},\"tok_s\":{:.2f},\"peak_rss_bytes\":{}}}\n",
+        desc, src, r.tokens, r.scored, r.windows, po.window, po.stride, r.evaluated, r.mean_nll(), r.perplexity(),
+        top1 / 100.0, kv_desc, o.threads, load_s, run_s, rate, cli::peak_rss_bytes());
+  } else {
+    report = fmt::format(
+        "model       {}\n"
+        "text        {}: {} tokens; {} scored, in {} window{} of {} tokens {} apart\n"
+        "nll         {:.4f} nats/token ({:.4f} bits)\n"
+        "perplexity  {:.4f}\n"
+        "top-1       {:.2f}% of the scored tokens were the model's first choice\n"
+        "speed       {} tokens through the model in {:.3f} s ({:.1f} tok/s, {} thread{}; KV cache {})\n",
+        model->describe(), source, cli::with_commas(r.tokens), cli::with_commas(r.scored), r.windows,
+        r.windows == 1 ? "" : "s", po.window, po.stride, r.mean_nll(), r.mean_nll() / std::log(2.0), r.perplexity(),
+        top1, cli::with_commas(r.evaluated), run_s, rate, o.threads, o.threads == 1 ? "" : "s", kv_desc);
+  }
+  if (o.per_token) {
+    if (!cli::quiet()) std::fputs(report.c_str(), stderr);
+    return {};
+  }
+  return out.write(report);
+}
+
 const char* kExamples =
     "  generate -m stories15M.bin -t tokenizer.model -p 'Once upon a time' -n 100\n"
     "  echo 1 | generate -m stories260K.bin --ids - -n 50 --emit ids --temperature 0\n"
@@ -276,7 +386,9 @@ const char* kExamples =
     "  generate -m model.gguf --ids prompt.ids -n 64 --no-cache     # the baseline: recompute every step\n"
     "  generate -m model.gguf -p 'Once' -n 64 --kv paged --num-samples 4   # 4 continuations share the prompt\n"
     "  generate -m model.gguf --ids p.ids -n 100000 --ctx 2048 --kv-evict sinks --kv-type int8\n"
-    "  generate -m tinyllama.gguf --ids p.ids -n 1000 --no-mmap -j 2        # long runs: weights in huge pages";
+    "  generate -m tinyllama.gguf --ids p.ids -n 1000 --no-mmap -j 2        # long runs: weights in huge pages\n"
+    "  generate perplexity -m model.gguf -t tokenizer.json wiki.txt --ctx 512   # perplexity in sliding windows\n"
+    "  generate perplexity -m model.gguf --ids text.ids --per-token -q | sort -t$'\\t' -k3 -g | head   # least likely tokens";
 
 }  // namespace
 
@@ -357,8 +469,18 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   conv->add_option("-o,--output", conv_out, "GGUF to write (required)")->required();
 
+  CLI::App* ppl = app.add_subcommand(
+      "perplexity", "the model's perplexity on a text (with -t) or --ids, in windows of --ctx tokens --stride apart");
+  ppl->add_option("FILE", o.text, "text to score (needs a tokenizer; '-' for standard input)");
+  ppl->add_option("--stride", o.stride, "tokens between window starts (default: half the window)")->check(cli::Range(1, 1 << 24));
+  ppl->add_option("--batch", o.batch, "tokens per forward pass (default 512)")->check(cli::Range(1, 1 << 16));
+  ppl->add_flag("--per-token", o.per_token,
+                "write each scored token (position, id, log-probability, first choice 1/0, context, token text) as a "
+                "tab-separated line; the summary goes to stderr");
+
   cli::ToolSpec spec{
       "generate", "-m MODEL (-p TEXT -t TOKENIZER | --ids FILE) [OPTION]...\n"
+      "       generate perplexity -m MODEL (-t TOKENIZER FILE | --ids FILE) [--ctx N] [--stride S] [--per-token]\n"
       "       generate synth (--preset NAME | --n-embd ... ) [--dtype T] -o OUT.gguf\n"
       "       generate convert -m MODEL --dtype T -o OUT.gguf",
       "Generate tokens with a LLaMA-family model (GGUF or llama2.c) and a KV cache, streamed as they are made.",
@@ -370,7 +492,10 @@ int main(int argc, char** argv) {
       "demand; --num-samples K draws K continuations of one prompt, one per output line, which share\n"
       "the prompt's blocks (copy-on-write), and reports the memory saved against K separate caches.\n"
       "--kv-type int8/int4 quantizes keys and values per token in groups of 32. --kv-evict window\n"
-      "keeps the last --ctx tokens; sinks keeps the first --kv-sinks and the last ones (StreamingLLM).",
+      "keeps the last --ctx tokens; sinks keeps the first --kv-sinks and the last ones (StreamingLLM).\n\n"
+      "generate perplexity scores a text or ids: mean negative log-likelihood and perplexity, in windows\n"
+      "of --ctx tokens (default: the model's training context, at most 512) --stride apart (default half\n"
+      "a window), each token scored once; --per-token lists every token's log-probability.",
       kExamples};
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
@@ -406,15 +531,29 @@ int main(int argc, char** argv) {
       return model::convert_gguf(conv_out, *f, *parse_dtype(conv_dtype));
     }
     if (o.model.empty()) throw cli::UsageError("--model is required");
-    if (o.ids.empty() == o.prompt.empty()) throw cli::UsageError("give the prompt as -p TEXT or --ids FILE");
-    o.emit_given = app.count("--emit") > 0;
     o.kv.layout = kv::parse_layout(kv_layout).value();
     o.kv.type = kv::parse_kv_type(kv_type).value();
     o.kv.eviction = kv::parse_eviction(kv_evict).value();
     if (!kv_memory.empty()) o.kv.max_bytes = cli::parse_bytes(kv_memory, "--kv-memory");
+    if (app.count("--kv-block") && o.kv.layout != kv::Layout::paged) throw cli::UsageError("--kv-block needs --kv paged");
+    if (ppl->parsed()) {
+      if (o.ids.empty() == o.text.empty()) throw cli::UsageError("perplexity: give a text FILE (with -t) or --ids FILE");
+      if (!o.prompt.empty()) throw cli::UsageError("perplexity: -p does not apply; give the text as FILE");
+      if (o.kv.eviction != kv::Eviction::none) throw cli::UsageError("perplexity: --kv-evict does not apply (each window is run whole)");
+      if (app.count("--ctx") && o.ctx < 2) throw cli::UsageError("perplexity: --ctx must be at least 2 (a window scores from what comes before)");
+      if (app.count("--ctx") && o.stride > o.ctx)
+        throw cli::UsageError(fmt::format("perplexity: --stride {} is past the window (--ctx {})", o.stride, o.ctx));
+      for (const char* opt : {"-n", "--emit", "--num-samples", "--stop", "--temperature", "--greedy", "--top-k", "--top-p",
+                              "--min-p", "--repeat-penalty", "--order", "--seed", "--no-cache", "--ignore-eos"})
+        if (app.count(opt)) throw cli::UsageError(fmt::format("perplexity: {} does not apply (nothing is sampled)", opt));
+      LMP_ASSIGN(auto out, cli::Output::open(o.output, false, false));
+      LMP_TRY(run_perplexity(o, *out));
+      return out->close();
+    }
+    if (o.ids.empty() == o.prompt.empty()) throw cli::UsageError("give the prompt as -p TEXT or --ids FILE");
+    o.emit_given = app.count("--emit") > 0;
     for (const auto& s : o.stops)
       if (s.empty()) throw cli::UsageError("--stop: an empty string would stop at once; give the text to stop at");
-    if (app.count("--kv-block") && o.kv.layout != kv::Layout::paged) throw cli::UsageError("--kv-block needs --kv paged");
     if (app.count("--kv-sinks") && o.kv.eviction != kv::Eviction::sinks) throw cli::UsageError("--kv-sinks needs --kv-evict sinks");
     if (o.greedy) o.sampling.temperature = 0.0f;
     if (!o.seed) o.seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();

@@ -14,6 +14,7 @@
 #include "lmpipe/core/rng.h"
 #include "lmpipe/core/thread_pool.h"
 #include "lmpipe/model/ops.h"
+#include "lmpipe/model/perplexity.h"
 #include "lmpipe/model/synth.h"
 #include "lmpipe/model/transformer.h"
 
@@ -728,4 +729,94 @@ TEST_CASE("long rows: blocks of rows in column tiles, the same bits however the 
       }
     }
   }
+}
+
+TEST_CASE("perplexity: every token scored once from the steps' own logits, in windows and batches", "[model][ppl]") {
+  RandomModel rm("ppl.gguf", tiny_config(), 21);
+  auto& m = rm.model;
+  const Config& c = m->config();
+  ThreadPool pool(2);
+  Rng rng(3);
+  std::vector<TokenId> ids(40);
+  for (auto& id : ids) id = static_cast<TokenId>(rng.next() % static_cast<std::uint64_t>(c.n_vocab));
+  // The reference: each window token by token with forward(), log-softmax in double.
+  auto reference = [&](std::size_t s, std::size_t e, std::size_t from, std::vector<double>& lp) {
+    auto cache = new_cache(kv::KvConfig{c.n_layer, static_cast<int>(e - s), c.kv_dim()});
+    std::vector<float> row(static_cast<std::size_t>(c.n_vocab));
+    for (std::size_t j = s; j + 1 < e; ++j) {
+      REQUIRE(m->forward(ids[j], static_cast<int>(j - s), *cache, row.data(), pool).ok());
+      if (j + 1 < from) continue;
+      double mx = *std::max_element(row.begin(), row.end()), sum = 0;
+      for (float x : row) sum += std::exp(static_cast<double>(x) - mx);
+      lp[j + 1] = static_cast<double>(row[static_cast<std::size_t>(ids[j + 1])]) - mx - std::log(sum);
+    }
+  };
+  struct Case {
+    int window, stride, batch;
+  };
+  for (const Case& k : {Case{64, 32, 64}, Case{64, 64, 5}, Case{16, 16, 16}, Case{16, 16, 3}, Case{16, 5, 4},
+                        Case{16, 5, 1}, Case{2, 1, 7}}) {
+    CAPTURE(k.window, k.stride, k.batch);
+    PerplexityOptions o;
+    o.window = k.window, o.stride = k.stride, o.batch = k.batch;
+    std::vector<double> want(ids.size(), NAN);
+    std::vector<int> ctx_want(ids.size(), -1);
+    std::size_t windows = 0, scored_to = 1;
+    for (std::size_t s = 0;; s += static_cast<std::size_t>(k.stride)) {
+      const std::size_t e = std::min(s + static_cast<std::size_t>(k.window), ids.size());
+      const std::size_t from = std::max(scored_to, s + 1);
+      reference(s, e, from, want);
+      for (std::size_t p = from; p < e; ++p) ctx_want[p] = static_cast<int>(p - s);
+      ++windows;
+      scored_to = e;
+      if (e == ids.size()) break;
+    }
+    std::vector<TokenScore> got;
+    std::size_t last_progress = 0;
+    auto r = perplexity(*m, ids, o, pool, [&](const TokenScore& t) { got.push_back(t); return Status{}; },
+                        [&](std::size_t done) { last_progress = done; });
+    REQUIRE(r.ok());
+    CHECK(r->windows == windows);
+    CHECK(r->scored == got.size());
+    CHECK(last_progress == got.size());
+    std::size_t expected = 0;
+    for (double w : want) expected += !std::isnan(w);
+    CHECK(got.size() == expected);
+    if (k.stride < k.window) CHECK(got.size() == ids.size() - 1);  // overlapping windows: all but the first token
+    double nll = 0;
+    std::size_t prev = 0;
+    for (const auto& t : got) {
+      CHECK(t.pos > prev);  // in order, each once
+      prev = t.pos;
+      CHECK(t.id == ids[t.pos]);
+      CHECK(t.context == ctx_want[t.pos]);
+      CHECK(std::fabs(t.logprob - want[t.pos]) <= 1e-4);
+      if (k.stride < k.window && t.pos >= static_cast<std::size_t>(k.window))
+        CHECK(t.context >= k.window - k.stride);
+      nll -= t.logprob;
+    }
+    CHECK(r->nll_sum == Approx(nll));
+    CHECK(r->perplexity() == Approx(std::exp(nll / static_cast<double>(got.size()))));
+  }
+  // A random model predicts no better than chance, give or take: the vocabulary is 100.
+  auto whole = perplexity(*m, ids, PerplexityOptions{}, pool);
+  REQUIRE(whole.ok());
+  CHECK(whole->perplexity() > 50);
+  CHECK(whole->perplexity() < 200);
+  // Errors.
+  CHECK_FALSE(perplexity(*m, std::span<const TokenId>(ids).first(1), PerplexityOptions{}, pool).ok());
+  PerplexityOptions bad;
+  bad.window = 8, bad.stride = 9;
+  CHECK_FALSE(perplexity(*m, ids, bad, pool).ok());
+  bad.stride = 0;
+  CHECK_FALSE(perplexity(*m, ids, bad, pool).ok());
+  std::vector<TokenId> out_of_vocab = {1, 2, 100};
+  auto oov = perplexity(*m, out_of_vocab, PerplexityOptions{}, pool);
+  REQUIRE_FALSE(oov.ok());
+  CHECK_THAT(oov.error().message, Catch::Contains("token 3 (id 100)"));
+  // The callback's error stops the run.
+  auto stopped = perplexity(*m, ids, PerplexityOptions{}, pool,
+                            [](const TokenScore&) { return Status(make_error(Errc::io, "write error")); });
+  REQUIRE_FALSE(stopped.ok());
+  CHECK(stopped.error().message == "write error");
 }

@@ -158,8 +158,8 @@ std::uint64_t Transformer::weight_bytes_per_token() const {
 
 std::string Transformer::describe() const {
   const Config& c = cfg_;
-  return fmt::format("{}: {} layers, n_embd {}, {} heads ({} kv, head_dim {}), n_ff {}, vocab {}, {} output, {} weights",
-                     c.arch, c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim(), c.n_ff, c.n_vocab,
+  return fmt::format("{}: {} layer{}, n_embd {}, {} heads ({} kv, head_dim {}), n_ff {}, vocab {}, {} output, {} weights",
+                     c.arch, c.n_layer, c.n_layer == 1 ? "" : "s", c.n_embd, c.n_head, c.n_kv_head, c.head_dim(), c.n_ff, c.n_vocab,
                      c.tied ? "tied" : "own", dtype_name(layers_.empty() ? output_.dtype : layers_[0].wq.dtype));
 }
 
@@ -495,18 +495,19 @@ void Transformer::matmuls(std::span<const Mm> jobs, const float* x, std::int64_t
 }
 
 Status Transformer::forward_batch(std::span<const TokenId> tokens, int pos0, kv::KvCache& cache, float* logits,
-                                  ThreadPool& pool, kv::SeqId seq) {
+                                  ThreadPool& pool, kv::SeqId seq, bool all_logits) {
   const Config& c = cfg_;
   const auto n = static_cast<std::int64_t>(tokens.size());
+  const auto V = static_cast<std::size_t>(c.n_vocab);
   if (n == 0) return {};
   if (n == 1) return forward(tokens[0], pos0, cache, logits, pool, seq);
   if (cache.config().eviction != kv::Eviction::none && n > cache.room(seq)) {
     // Within a batch every token's keys are in the cache before attention; past the
     // cache's room they would evict keys that earlier tokens of the batch still see.
     const auto fit = static_cast<std::size_t>(std::max(cache.room(seq), 0));
-    if (fit > 1) LMP_TRY(forward_batch(tokens.first(fit), pos0, cache, logits, pool, seq));
+    if (fit > 1) LMP_TRY(forward_batch(tokens.first(fit), pos0, cache, logits, pool, seq, all_logits));
     for (std::size_t i = fit > 1 ? fit : 0; i < tokens.size(); ++i)
-      LMP_TRY(forward(tokens[i], pos0 + static_cast<int>(i), cache, logits, pool, seq));
+      LMP_TRY(forward(tokens[i], pos0 + static_cast<int>(i), cache, all_logits ? logits + i * V : logits, pool, seq));
     return {};
   }
   const auto E = static_cast<std::size_t>(c.n_embd), F = static_cast<std::size_t>(c.n_ff),
@@ -596,6 +597,12 @@ Status Transformer::forward_batch(std::span<const TokenId> tokens, int pos0, kv:
     const Mm d[] = {{&w.w_down, bxb2_.data(), E}};
     matmuls(d, bh_.data(), n, pool);
     residual();
+  }
+  if (all_logits) {  // every token's logits: (n, n_vocab), the output matrix read once per block
+    norm(output_norm_);
+    const Mm out[] = {{&output_, logits, V}};
+    matmuls(out, bxb_.data(), n, pool);
+    return {};
   }
   // Only the last token's logits are needed.
   std::copy(bx_.end() - static_cast<std::ptrdiff_t>(E), bx_.end(), x_.begin());

@@ -60,10 +60,11 @@ class Transformer {
   Status forward(TokenId token, int pos, kv::KvCache& cache, float* logits, ThreadPool& pool, kv::SeqId seq = 0);
   // Many tokens at positions pos0, pos0 + 1, ... (prompt processing): matrix-matrix
   // products, so each weight is read once per block of tokens; keys and values of all go
-  // to the cache; the logits of the last token are written. Under eviction, the tokens
-  // past the cache's room go one at a time, so that each sees exactly its window.
+  // to the cache; the logits of the last token are written, or with `all_logits` every
+  // token's (n, n_vocab), through one matrix product (perplexity). Under eviction, the
+  // tokens past the cache's room go one at a time, so that each sees exactly its window.
   Status forward_batch(std::span<const TokenId> tokens, int pos0, kv::KvCache& cache, float* logits, ThreadPool& pool,
-                       kv::SeqId seq = 0);
+                       kv::SeqId seq = 0, bool all_logits = false);
   // While set, forward() appends each layer's attention output (n_embd, before the output
   // projection) to *probe: kv-bench compares them across cache storage types.
   void set_attention_probe(std::vector<float>* probe) { probe_ = probe; }
