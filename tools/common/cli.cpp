@@ -143,11 +143,26 @@ int run_tool(const ToolSpec& spec, CLI::App& app, int argc, char** argv, const s
     if (a == "-h" || a == "--help") {
       if (sub) {
         std::string opts = sub->help();
-        auto p = opts.find("Options:");
+        auto p = opts.find("Positionals:");
+        if (p == std::string::npos) p = opts.find("POSITIONALS:");
+        if (p == std::string::npos) p = opts.find("Options:");
         if (p == std::string::npos) p = opts.find("OPTIONS:");
-        std::fputs(fmt::format("Usage: {} {} [OPTION]...\n{}\n\n{}\nExamples:\n{}\n\nSee '{} --help' for the other commands.\n",
+        // The examples of this subcommand, when some name it; else all of them.
+        std::string examples, line;
+        const std::string word = " " + sub->get_name() + " ";
+        for (std::size_t k = 0; k <= spec.examples.size(); ++k) {
+          if (k < spec.examples.size() && spec.examples[k] != '\n') {
+            line += spec.examples[k];
+            continue;
+          }
+          if ((line + " ").find(word) != std::string::npos) examples += (examples.empty() ? "" : "\n") + line;
+          line.clear();
+        }
+        if (examples.empty()) examples = spec.examples;
+        std::fputs(fmt::format("Usage: {} {} [OPTION]...\n{}\n\n{}\nExamples:\n{}\n\nThe options of '{} --help' are "
+                               "taken after '{}' too; it lists the other commands.\n",
                                spec.name, sub->get_name(), sub->get_description(),
-                               p == std::string::npos ? opts : opts.substr(p), spec.examples, spec.name)
+                               p == std::string::npos ? opts : opts.substr(p), examples, spec.name, sub->get_name())
                        .c_str(),
                    stdout);
       } else {
