@@ -83,3 +83,34 @@ TEST_CASE("pre-tokenizers cover invalid UTF-8 without losing bytes", "[tok][pre]
   CHECK_FALSE(make_pre_tokenizer("nope").ok());
   CHECK_FALSE(make_icu_regex_pre_tokenizer("(unclosed").ok());
 }
+
+TEST_CASE("a sequence of splits: each applied to the pieces of the one before", "[tok][pre]") {
+  std::vector<std::unique_ptr<PreTokenizer>> steps;
+  auto digits = make_regex_pre_tokenizer(R"(\p{N})");
+  auto letters = make_regex_pre_tokenizer(R"(\s?\p{L}+)");
+  REQUIRE(digits.ok());
+  REQUIRE(letters.ok());
+  steps.push_back(std::move(*letters));
+  steps.push_back(std::move(*digits));
+  auto seq = make_sequence_pre_tokenizer(std::move(steps));
+  // Letters first (with a space before them), then every digit apart, within the gaps too.
+  CHECK(pieces(*seq, "ab 12cd 3") == std::vector<std::string>{"ab", " ", "1", "2", "cd", " ", "3"});
+  CHECK(seq->steps().size() == 2);
+  CHECK(seq->steps()[1]->pattern() == R"(\p{N})");
+  // A sequence nested in a sequence lists its steps flat; one step is itself.
+  std::vector<std::unique_ptr<PreTokenizer>> outer;
+  outer.push_back(std::move(seq));
+  auto removed = make_regex_pre_tokenizer("-", SplitBehavior::removed);
+  REQUIRE(removed.ok());
+  CHECK((*removed)->behavior() == SplitBehavior::removed);
+  outer.push_back(std::move(*removed));
+  auto all = make_sequence_pre_tokenizer(std::move(outer));
+  CHECK(all->steps().size() == 3);
+  CHECK(pieces(*all, "a-b 1-2") == std::vector<std::string>{"a", "b", " ", "1", "2"});
+  std::vector<std::unique_ptr<PreTokenizer>> one;
+  auto gpt2 = make_pre_tokenizer("gpt2");
+  REQUIRE(gpt2.ok());
+  one.push_back(std::move(*gpt2));
+  auto single = make_sequence_pre_tokenizer(std::move(one));
+  CHECK(single->name() == "gpt2");
+}

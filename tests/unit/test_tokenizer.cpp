@@ -681,3 +681,42 @@ TEST_CASE("a model directory stands for the tokenizer file in it", "[tok][dir]")
   CHECK(found(ranks) == ranks + "/a.tiktoken");
   fs::remove_all(dir);
 }
+
+TEST_CASE("tokenizer.json: a Sequence of several Splits applies them in turn and is written back", "[tok][pre]") {
+  auto t = small_tokenizer("gpt2", true);
+  std::string j = to_tokenizer_json(*t);
+  const auto a = j.find(R"("pre_tokenizer":)"), b = j.find(R"(,"post_processor")");
+  REQUIRE(a != std::string::npos);
+  REQUIRE(b != std::string::npos);
+  // deepseek-coder's kind of list: letters (a space before them), digits one by one, and
+  // here a Removed split too.
+  const std::string seq =
+      R"("pre_tokenizer":{"type":"Sequence","pretokenizers":[)"
+      R"({"type":"Split","pattern":{"Regex":"\\s?\\p{L}+"},"behavior":"Isolated","invert":false},)"
+      R"({"type":"Split","pattern":{"Regex":"\\p{N}"},"behavior":"Isolated","invert":false},)"
+      R"({"type":"Split","pattern":{"String":"|"},"behavior":"Removed","invert":false},)"
+      R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]})";
+  j.replace(a, b - a, seq);
+  auto loaded = load_tokenizer_json(j, "seq.json");
+  REQUIRE(loaded.ok());
+  const Tokenizer& s = **loaded;
+  REQUIRE(s.pre_tokenizer() != nullptr);
+  CHECK(s.pre_tokenizer()->steps().size() == 3);
+  // Every digit its own piece; the bar removed; the text otherwise kept.
+  std::vector<TokenId> ids;
+  Session session(s);
+  s.encode("ab 123|cd", ids, session);
+  std::string back;
+  REQUIRE(s.decode(ids.data(), ids.size(), back).ok());
+  CHECK(back == "ab 123cd");
+  std::size_t digit_tokens = 0;
+  for (TokenId id : ids) digit_tokens += s.token_string(id).size() == 1 && std::isdigit(s.token_string(id)[0]);
+  CHECK(digit_tokens == 3);
+  // Written back with its steps and their behaviors, it loads to the same tokenizer.
+  const std::string again = to_tokenizer_json(s);
+  CHECK_THAT(again, Catch::Contains(R"("behavior":"Removed")"));
+  CHECK_THAT(again, Catch::Contains(R"(\\p{N})"));
+  auto reloaded = load_tokenizer_json(again, "again.json");
+  REQUIRE(reloaded.ok());
+  CHECK(to_tokenizer_json(**reloaded) == again);
+}

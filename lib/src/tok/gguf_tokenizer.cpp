@@ -109,14 +109,25 @@ Result<std::unique_ptr<Tokenizer>> bpe(const tensor_io::TensorFile& f, const Met
   const MetaValue* types = array_of(f, "tokenizer.ggml.token_type", MetaType::i32);
   const MetaValue* pre = f.meta("tokenizer.ggml.pre");
   std::string pre_name = pre && pre->type == MetaType::string ? pre->s : "default";
-  std::string pattern;
-  if (pre_name == "default" || pre_name == "gpt-2" || pre_name == "gpt2") pattern = std::string(kGpt2Pattern);
-  else if (pre_name == "llama-bpe" || pre_name == "llama3") pattern = std::string(kCl100kPattern);
-  else
+  // llama.cpp's split for each name it gives (llama-vocab.cpp): one regex, or several
+  // applied in turn, each to the pieces of the one before; each ends up as a Split of the
+  // tokenizer.json below.
+  std::vector<std::string> patterns;
+  if (pre_name == "default" || pre_name == "gpt-2" || pre_name == "gpt2") {
+    patterns = {std::string(kGpt2Pattern)};
+  } else if (pre_name == "llama-bpe" || pre_name == "llama3") {
+    patterns = {std::string(kCl100kPattern)};
+  } else if (pre_name == "deepseek-coder") {
+    patterns = {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", R"(\p{N})"};
+  } else if (pre_name == "falcon") {
+    patterns = {R"([\p{P}\$\+<=>\^~\|`]+)", R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
+                "[0-9][0-9][0-9]"};
+  } else {
     return make_error(Errc::unsupported,
-                      "{}: tokenizer.ggml.pre '{}' is not supported (default, gpt-2, llama-bpe are); give -t with the "
-                      "model's tokenizer.json",
+                      "{}: tokenizer.ggml.pre '{}' is not supported (default, gpt-2, llama-bpe, deepseek-coder, falcon "
+                      "are); give -t with the model's tokenizer.json",
                       f.name(), pre_name);
+  }
   // The equivalent tokenizer.json, handed to its loader.
   std::string j = R"({"version":"1.0","added_tokens":[)";
   bool first = true;
@@ -129,9 +140,13 @@ Result<std::unique_ptr<Tokenizer>> bpe(const tensor_io::TensorFile& f, const Met
       j += fmt::format(R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":{}}})",
                        types->items[i].i == 3);
     }
-  j += R"(],"normalizer":null,"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":)";
-  json::append_string(j, pattern);
-  j += R"(},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]},)";
+  j += R"(],"normalizer":null,"pre_tokenizer":{"type":"Sequence","pretokenizers":[)";
+  for (const std::string& pattern : patterns) {
+    j += R"({"type":"Split","pattern":{"Regex":)";
+    json::append_string(j, pattern);
+    j += R"(},"behavior":"Isolated","invert":false},)";
+  }
+  j += R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]},)";
   j += R"("post_processor":null,"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},)";
   j += R"("model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":false,"vocab":{)";
   for (std::size_t i = 0; i < tokens.items.size(); ++i) {
@@ -145,6 +160,57 @@ Result<std::unique_ptr<Tokenizer>> bpe(const tensor_io::TensorFile& f, const Met
     json::append_string(j, merges->items[i].s);
   }
   j += "]}}";
+  return load_tokenizer_json(std::move(j), f.name() + " (tokenizer.ggml.*)");
+}
+
+// tokenizer.ggml.model "bert" (BERT, BGE and other sentence-embedding models): WordPiece
+// with "##" continuations, BERT's normalizer (lowercase, accents stripped, CJK characters
+// apart; llama.cpp always lowercases) and pre-tokenizer, [CLS] … [SEP] as the template.
+Result<std::unique_ptr<Tokenizer>> wordpiece(const tensor_io::TensorFile& f, const MetaValue& tokens) {
+  const std::size_t n = tokens.items.size();
+  const MetaValue* types = array_of(f, "tokenizer.ggml.token_type", MetaType::i32);
+  if (types && types->items.size() != n)
+    return make_error(Errc::parse, "{}: tokenizer.ggml.token_type does not have the {} entries of the tokens", f.name(), n);
+  const TokenId unk = id_key(f, "tokenizer.ggml.unknown_token_id").value_or(-1);
+  if (unk < 0 || static_cast<std::size_t>(unk) >= n)
+    return make_error(Errc::parse, "{}: a bert tokenizer needs tokenizer.ggml.unknown_token_id within its {} tokens", f.name(), n);
+  std::string j = R"({"version":"1.0","added_tokens":[)";
+  bool first = true;
+  for (std::size_t i = 0; types && i < n; ++i)
+    if (types->items[i].i == 3) {  // control: [CLS], [SEP], [PAD], [MASK], [UNK]
+      j += first ? "" : ",";
+      first = false;
+      j += fmt::format(R"({{"id":{},"content":)", i);
+      json::append_string(j, tokens.items[i].s);
+      j += R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true})";
+    }
+  j += R"(],"normalizer":{"type":"BertNormalizer","clean_text":true,"handle_chinese_chars":true,"strip_accents":null,"lowercase":true},)";
+  j += R"("pre_tokenizer":{"type":"BertPreTokenizer"},"post_processor":)";
+  const auto cls = id_key(f, "tokenizer.ggml.cls_token_id"), sep = id_key(f, "tokenizer.ggml.seperator_token_id");
+  if (cls && sep && *cls >= 0 && *sep >= 0 && static_cast<std::size_t>(*cls) < n && static_cast<std::size_t>(*sep) < n) {
+    j += R"({"type":"BertProcessing","sep":[)";
+    json::append_string(j, tokens.items[static_cast<std::size_t>(*sep)].s);
+    j += fmt::format(R"(,{}],"cls":[)", *sep);
+    json::append_string(j, tokens.items[static_cast<std::size_t>(*cls)].s);
+    j += fmt::format(R"(,{}]}},)", *cls);
+  } else {
+    j += "null,";
+  }
+  j += R"("decoder":{"type":"WordPiece","prefix":"##","cleanup":true},"model":{"type":"WordPiece","unk_token":)";
+  json::append_string(j, tokens.items[static_cast<std::size_t>(unk)].s);
+  j += R"(,"continuing_subword_prefix":"##","max_input_chars_per_word":100,"vocab":{)";
+  // llama.cpp's converter spells a word's first piece with a leading ▁ and drops the ##
+  // of a continuation; [BRACKETED] tokens stay as they are. Back to BERT's spelling:
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i) j += ",";
+    const std::string& t = tokens.items[i].s;
+    const bool bracketed = t.size() >= 2 && t.front() == '[' && t.back() == ']';
+    if (bracketed) json::append_string(j, t);
+    else if (t.compare(0, kMetaspace.size(), kMetaspace) == 0) json::append_string(j, t.substr(kMetaspace.size()));
+    else json::append_string(j, "##" + t);
+    j += fmt::format(":{}", i);
+  }
+  j += "}}}";
   return load_tokenizer_json(std::move(j), f.name() + " (tokenizer.ggml.*)");
 }
 
@@ -197,8 +263,10 @@ Result<std::unique_ptr<Tokenizer>> load_gguf_tokenizer(const tensor_io::TensorFi
     LMP_ASSIGN(t, spm(f, *tokens));
   } else if (model->s == "gpt2") {
     LMP_ASSIGN(t, bpe(f, *tokens));
+  } else if (model->s == "bert") {
+    LMP_ASSIGN(t, wordpiece(f, *tokens));
   } else {
-    return make_error(Errc::unsupported, "{}: tokenizer.ggml.model '{}' is not supported (llama, gpt2 are); give -t",
+    return make_error(Errc::unsupported, "{}: tokenizer.ggml.model '{}' is not supported (llama, gpt2, bert are); give -t",
                       f.name(), model->s);
   }
   // Where a generation ends: the ids the keys name, and the control tokens (type 3) that

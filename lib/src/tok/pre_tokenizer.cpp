@@ -365,6 +365,7 @@ class IcuRegexPreTokenizer final : public PreTokenizer {
   }
   std::string_view name() const override { return "regex"; }
   std::string_view pattern() const override { return pattern_; }
+  SplitBehavior behavior() const override { return behavior_; }
 
  private:
   IcuRegexPreTokenizer() = default;
@@ -431,7 +432,43 @@ class IcuRegexPreTokenizer final : public PreTokenizer {
   SplitBehavior behavior_ = SplitBehavior::isolated;
 };
 
+class SequencePreTokenizer final : public PreTokenizer {
+ public:
+  explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
+  void split(std::string_view text, std::vector<Range>& out) const override {
+    std::vector<Range> cur, next, part;
+    steps_[0]->split(text, cur);
+    for (std::size_t k = 1; k < steps_.size(); ++k) {
+      next.clear();
+      for (const Range r : cur) {
+        part.clear();
+        steps_[k]->split(text.substr(r.begin, r.end - r.begin), part);
+        for (const Range q : part) next.push_back({r.begin + q.begin, r.begin + q.end});
+      }
+      cur.swap(next);
+    }
+    out.insert(out.end(), cur.begin(), cur.end());
+  }
+  std::string_view name() const override { return "sequence"; }
+  std::string_view pattern() const override { return ""; }
+  std::vector<const PreTokenizer*> steps() const override {
+    std::vector<const PreTokenizer*> v;
+    for (const auto& s : steps_)
+      for (const PreTokenizer* p : s->steps()) v.push_back(p);
+    return v;
+  }
+
+ private:
+  std::vector<std::unique_ptr<PreTokenizer>> steps_;
+};
+
 }  // namespace
+
+std::unique_ptr<PreTokenizer> make_sequence_pre_tokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps) {
+  LMP_ASSERT(!steps.empty());
+  if (steps.size() == 1) return std::move(steps[0]);
+  return std::unique_ptr<PreTokenizer>(new SequencePreTokenizer(std::move(steps)));
+}
 
 Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name) {
   if (name == "gpt2")

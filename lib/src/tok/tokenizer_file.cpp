@@ -91,11 +91,16 @@ Status parse_pre_step(json::Value v, PreSpec& spec) {
   if (v.is_null()) return {};
   if (!v.is_object()) return make_error(Errc::parse, "{}: pre_tokenizer must be an object", v.where());
   std::string_view type = v.get("type").str();
+  // Splits in a Sequence apply in turn, each to the pieces of the one before.
   auto set_split = [&](std::unique_ptr<PreTokenizer> p) -> Status {
-    if (spec.pre)
-      return make_error(Errc::unsupported, "{}: more than one splitting pre-tokenizer in a Sequence",
-                        v.where());
-    spec.pre = std::move(p);
+    if (spec.pre) {
+      std::vector<std::unique_ptr<PreTokenizer>> steps;
+      steps.push_back(std::move(spec.pre));
+      steps.push_back(std::move(p));
+      spec.pre = make_sequence_pre_tokenizer(std::move(steps));
+    } else {
+      spec.pre = std::move(p);
+    }
     return {};
   };
   if (type == "Sequence") {
@@ -1264,14 +1269,17 @@ void append_pre_json(std::string& o, const Tokenizer& t) {
     return;
   }
   o += R"({"type":"Sequence","pretokenizers":[)";
-  if (name == "whitespace") {
-    o += R"({"type":"Whitespace"})";
-  } else {
-    o += R"({"type":"Split","pattern":{"Regex":)";
-    json::append_string(o, p->pattern());
-    o += R"(},"behavior":"Isolated","invert":false})";
+  for (const PreTokenizer* step : p->steps()) {
+    if (step->name() == "whitespace") {
+      o += R"({"type":"Whitespace"})";
+    } else {
+      o += R"({"type":"Split","pattern":{"Regex":)";
+      json::append_string(o, step->pattern());
+      static constexpr const char* kBehavior[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext"};
+      o += fmt::format(R"(}},"behavior":"{}","invert":false}})", kBehavior[static_cast<int>(step->behavior())]);
+    }
+    o += ",";
   }
-  o += ",";
   byte_level(false);
   o += "]}";
 }

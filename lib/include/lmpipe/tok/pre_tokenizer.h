@@ -17,6 +17,8 @@
 
 namespace lmp::tok {
 
+enum class SplitBehavior { isolated, removed, merged_with_previous, merged_with_next };
+
 struct Range {
   std::uint32_t begin, end;  // byte offsets into the text, end exclusive
 };
@@ -31,6 +33,10 @@ class PreTokenizer {
   virtual std::string_view name() const = 0;
   // The regex it implements ("" for none).
   virtual std::string_view pattern() const = 0;
+  // What becomes of the regex's matches (a Split's behavior; the named ones isolate them).
+  virtual SplitBehavior behavior() const { return SplitBehavior::isolated; }
+  // The splits it applies in turn: itself, or a sequence's steps.
+  virtual std::vector<const PreTokenizer*> steps() const { return {this}; }
 };
 
 // The regex patterns, as HF tokenizers and tiktoken spell them.
@@ -46,12 +52,15 @@ inline constexpr std::string_view kWhitespacePattern = R"(\w+|[^\w\s]+)";
 // (HF's BertPreTokenizer: whitespace removed, each punctuation character isolated), none.
 Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name);
 
-enum class SplitBehavior { isolated, removed, merged_with_previous, merged_with_next };
 
 // From a regex: a known pattern gets its fast scanner, any other runs through ICU.
 Result<std::unique_ptr<PreTokenizer>> make_regex_pre_tokenizer(
     std::string_view pattern, SplitBehavior behavior = SplitBehavior::isolated);
 
+// Splits applied in turn, each to every piece of the one before (HF's Sequence of Split
+// pre-tokenizers; llama.cpp's lists of regexes): deepseek-coder, falcon. One step is
+// returned as it is.
+std::unique_ptr<PreTokenizer> make_sequence_pre_tokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps);
 // Always the ICU engine (the reference the fast scanners are tested against).
 Result<std::unique_ptr<PreTokenizer>> make_icu_regex_pre_tokenizer(
     std::string_view pattern, SplitBehavior behavior = SplitBehavior::isolated);
