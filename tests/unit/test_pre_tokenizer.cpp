@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "lmpipe/tok/gguf_tokenizer.h"
 #include "lmpipe/tok/pre_tokenizer.h"
 
 using namespace lmp;
@@ -113,4 +114,40 @@ TEST_CASE("a sequence of splits: each applied to the pieces of the one before", 
   one.push_back(std::move(*gpt2));
   auto single = make_sequence_pre_tokenizer(std::move(one));
   CHECK(single->name() == "gpt2");
+}
+
+TEST_CASE("GGUF tokenizer.ggml.pre names: every split compiles, and hand-checked pieces", "[tok][pre][gguf]") {
+  for (std::string_view name : gguf_pre_names()) {
+    CAPTURE(name);
+    auto p = gguf_pre_tokenizer(name);
+    REQUIRE(p.ok());
+    // Every split keeps every byte (all behave as Isolated).
+    const std::string text = "Hello, world! 12345 中文 l'été\n\tx";
+    std::string joined;
+    for (const auto& piece : pieces(**p, text)) joined += piece;
+    CHECK(joined == text);
+  }
+  auto split = [](std::string_view name, std::string_view text) {
+    auto p = gguf_pre_tokenizer(name);
+    REQUIRE(p.ok());
+    return pieces(**p, text);
+  };
+  using V = std::vector<std::string>;
+  // GPT-2: digits in one run, a space before words.
+  CHECK(split("gpt-2", "ab 1234") == V{"ab", " 1234"});
+  // Llama 3 (and its aliases): digits in threes.
+  CHECK(split("llama-bpe", "ab 1234") == V{"ab", " ", "123", "4"});
+  // Qwen2: every digit alone.
+  CHECK(split("qwen2", "ab 1234") == V{"ab", " ", "1", "2", "3", "4"});
+  // StarCoder: digits alone first, then GPT-2's split of the rest.
+  CHECK(split("starcoder", "x 12") == V{"x", " ", "1", "2"});
+  // DeepSeek-V3: digits in threes, kana and Han runs apart, punctuation before letters.
+  CHECK(split("deepseek-v3", "1234ひらがな.foo") == V{"123", "4", "ひらがな", ".foo"});
+  // Falcon: punctuation runs first, then GPT-2's words, then digits in threes.
+  CHECK(split("falcon", "a,b 12345") == V{"a", ",", "b", " ", "123", "45"});
+  // llama.cpp's default: the same, with digit runs apart from the space before them.
+  CHECK(split("default", "a,b 12345") == V{"a", ",", "b", " ", "123", "45"});
+  auto unknown = gguf_pre_tokenizer("no-such-pre");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(unknown.error().message, Catch::Contains("'no-such-pre' is not supported"));
 }

@@ -103,31 +103,72 @@ Result<std::unique_ptr<Tokenizer>> spm(const tensor_io::TensorFile& f, const Met
                   id_key(f, "tokenizer.ggml.bos_token_id").value_or(-1), f.name() + " (tokenizer.ggml.*)");
 }
 
+// The splits of a tokenizer.ggml.pre name, as llama.cpp's llama-vocab.cpp gives them: one
+// regex, or several applied in turn (each to the pieces of the one before), each a Split
+// of the tokenizer.json built below; and whether a piece that is a token is taken whole
+// (HF's ignore_merges). Where llama.cpp rewrites an HF pattern for its own engine (the
+// case-insensitive contractions, tekken's and o200k's letter classes), the HF original is
+// used: ICU runs it as HF does.
+struct GgufPre {
+  std::vector<std::string_view> names;
+  std::vector<std::string> patterns;
+  bool ignore_merges = false;
+};
+
+const std::vector<GgufPre>& gguf_pres() {
+  static const std::string gpt2(kGpt2Pattern), cl100k(kCl100kPattern), o200k(kO200kPattern);
+  static const std::string gpt2_words = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
+  static const std::string qwen2 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  static const std::string bloom = R"( ?[^(\s|.,!?…。，、।۔،)]+)";
+  static const std::vector<GgufPre> table = {
+      {{"default"}, {R"([\p{P}\$\+<=>\^~\|]+)", gpt2_words, R"(\p{N}+)", "[0-9][0-9][0-9]"}},
+      {{"gpt-2", "gpt2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum",
+        "jina-v1-en", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais", "exaone4", "trillion", "granite-docling"},
+       {gpt2}},
+      {{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}, {cl100k}, true},
+      {{"dbrx", "smaug-bpe", "glm4", "chatglm-bpe"}, {cl100k}},
+      {{"qwen2", "deepseek-r1-qwen", "kormo", "stablelm2", "megrez", "hunyuan", "grok-2"}, {qwen2}},
+      {{"seed-coder"},
+       {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+      {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}, {R"(\p{N})", gpt2_words}},
+      {{"deepseek-coder"},
+       {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", R"(\p{N})"}},
+      {{"deepseek-v3", "hunyuan-dense"},
+       {R"(\p{N}{1,3})", "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+",
+        R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+      {{"falcon"}, {R"([\p{P}\$\+<=>\^~\|`]+)", gpt2_words, "[0-9][0-9][0-9]"}},
+      {{"poro-chat", "bloom", "gpt3-finnish"}, {bloom}},
+      {{"viking"}, {bloom, R"(\p{N})"}},
+      {{"tekken"},
+       {R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+       true},
+      {{"gpt-4o", "llama4", "minimax-m2"}, {o200k}},
+      {{"bailingmoe", "bailingmoe2", "llada-moe"},
+       {R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)"}},
+  };
+  return table;
+}
+
+Result<const GgufPre*> gguf_pre(std::string_view name, const std::string& file) {
+  for (const GgufPre& p : gguf_pres())
+    for (std::string_view n : p.names)
+      if (n == name) return &p;
+  return make_error(Errc::unsupported,
+                    "{}{}tokenizer.ggml.pre '{}' is not supported (gpt-2, llama-bpe, qwen2, deepseek-coder, deepseek-v3, "
+                    "falcon, starcoder, tekken, gpt-4o and the names llama.cpp gives the same splits are; see "
+                    "docs/tok-encode.md); give -t with the model's tokenizer.json",
+                    file, file.empty() ? "" : ": ", name);
+}
+
 Result<std::unique_ptr<Tokenizer>> bpe(const tensor_io::TensorFile& f, const MetaValue& tokens) {
   const MetaValue* merges = array_of(f, "tokenizer.ggml.merges", MetaType::string);
   if (!merges) return make_error(Errc::parse, "{}: a gpt2 tokenizer needs tokenizer.ggml.merges", f.name());
   const MetaValue* types = array_of(f, "tokenizer.ggml.token_type", MetaType::i32);
   const MetaValue* pre = f.meta("tokenizer.ggml.pre");
   std::string pre_name = pre && pre->type == MetaType::string ? pre->s : "default";
-  // llama.cpp's split for each name it gives (llama-vocab.cpp): one regex, or several
-  // applied in turn, each to the pieces of the one before; each ends up as a Split of the
-  // tokenizer.json below.
-  std::vector<std::string> patterns;
-  if (pre_name == "default" || pre_name == "gpt-2" || pre_name == "gpt2") {
-    patterns = {std::string(kGpt2Pattern)};
-  } else if (pre_name == "llama-bpe" || pre_name == "llama3") {
-    patterns = {std::string(kCl100kPattern)};
-  } else if (pre_name == "deepseek-coder") {
-    patterns = {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", R"(\p{N})"};
-  } else if (pre_name == "falcon") {
-    patterns = {R"([\p{P}\$\+<=>\^~\|`]+)", R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
-                "[0-9][0-9][0-9]"};
-  } else {
-    return make_error(Errc::unsupported,
-                      "{}: tokenizer.ggml.pre '{}' is not supported (default, gpt-2, llama-bpe, deepseek-coder, falcon "
-                      "are); give -t with the model's tokenizer.json",
-                      f.name(), pre_name);
-  }
+  LMP_ASSIGN(const GgufPre* spec, gguf_pre(pre_name, f.name()));
+  const std::vector<std::string>& patterns = spec->patterns;
   // The equivalent tokenizer.json, handed to its loader.
   std::string j = R"({"version":"1.0","added_tokens":[)";
   bool first = true;
@@ -148,7 +189,9 @@ Result<std::unique_ptr<Tokenizer>> bpe(const tensor_io::TensorFile& f, const Met
   }
   j += R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]},)";
   j += R"("post_processor":null,"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},)";
-  j += R"("model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":false,"vocab":{)";
+  j += R"("model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":)";
+  j += spec->ignore_merges ? "true" : "false";
+  j += R"(,"vocab":{)";
   for (std::size_t i = 0; i < tokens.items.size(); ++i) {
     if (i) j += ",";
     json::append_string(j, tokens.items[i].s);
@@ -251,6 +294,22 @@ Result<std::unique_ptr<Tokenizer>> load_llama2c_tokenizer(const std::string& pat
       end.push_back(id);
   t->set_end_ids(std::move(end));
   return t;
+}
+
+std::vector<std::string_view> gguf_pre_names() {
+  std::vector<std::string_view> v;
+  for (const GgufPre& p : gguf_pres()) v.insert(v.end(), p.names.begin(), p.names.end());
+  return v;
+}
+
+Result<std::unique_ptr<PreTokenizer>> gguf_pre_tokenizer(std::string_view name) {
+  LMP_ASSIGN(const GgufPre* spec, gguf_pre(name, ""));
+  std::vector<std::unique_ptr<PreTokenizer>> steps;
+  for (const std::string& p : spec->patterns) {
+    LMP_ASSIGN(auto step, make_regex_pre_tokenizer(p));
+    steps.push_back(std::move(step));
+  }
+  return make_sequence_pre_tokenizer(std::move(steps));
 }
 
 Result<std::unique_ptr<Tokenizer>> load_gguf_tokenizer(const tensor_io::TensorFile& f) {
