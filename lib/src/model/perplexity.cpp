@@ -25,7 +25,7 @@ bool score_row(float* row, std::size_t n, std::size_t target, double& logprob, b
     if (row[i] > mx) mx = row[i], argmax = i;
   }
   if (!finite || mx == -INFINITY) return false;
-  const double x = row[target];
+  const double x = static_cast<double>(row[target]);
   const SoftmaxStats st = softmax(row, static_cast<int>(n));
   logprob = x - static_cast<double>(st.max) - std::log(static_cast<double>(st.sum));
   top1 = argmax == target;
