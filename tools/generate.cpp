@@ -130,20 +130,36 @@ Result<Continuation> continue_sequence(const Options& o, const std::string& emit
   return r;
 }
 
+// The model (mapped, or read with --no-mmap) and its tokenizer: -t, else the one a GGUF
+// carries, else none; a tokenizer larger than the model's vocabulary is an error.
+struct Loaded {
+  std::unique_ptr<tensor_io::TensorFile> file;
+  std::unique_ptr<model::Transformer> model;
+  std::unique_ptr<tok::Tokenizer> tok;
+};
+
+Result<Loaded> load_model(const Options& o) {
+  Loaded l;
+  LMP_ASSIGN(l.file, tensor_io::TensorFile::open(o.model, o.no_mmap ? MappedFile::Load::copy : MappedFile::Load::map));
+  LMP_ASSIGN(l.model, model::Transformer::load(*l.file));
+  const model::Config& c = l.model->config();
+  if (!o.tokenizer.empty()) {
+    LMP_ASSIGN(l.tok, tok::load_tokenizer(o.tokenizer));
+  } else if (l.file->meta("tokenizer.ggml.model")) {  // a GGUF carries its tokenizer
+    LMP_ASSIGN(l.tok, tok::load_gguf_tokenizer(*l.file));
+  }
+  if (l.tok && l.tok->vocab_size() > static_cast<std::size_t>(c.n_vocab))
+    return make_error(Errc::parse, "the tokenizer {} has {} tokens but the model {} only {}: they do not belong together",
+                      o.tokenizer.empty() ? o.model : o.tokenizer, l.tok->vocab_size(), o.model, c.n_vocab);
+  return l;
+}
+
 Status run(const Options& o, cli::Output& out) {
   auto t_load = Clock::now();
-  LMP_ASSIGN(auto file, tensor_io::TensorFile::open(o.model, o.no_mmap ? MappedFile::Load::copy : MappedFile::Load::map));
-  LMP_ASSIGN(auto model, model::Transformer::load(*file));
+  LMP_ASSIGN(Loaded loaded, load_model(o));
+  auto& model = loaded.model;
+  auto& tok = loaded.tok;
   const model::Config& c = model->config();
-  std::unique_ptr<tok::Tokenizer> tok;
-  if (!o.tokenizer.empty()) {
-    LMP_ASSIGN(tok, tok::load_tokenizer(o.tokenizer));
-  } else if (file->meta("tokenizer.ggml.model")) {  // a GGUF carries its tokenizer
-    LMP_ASSIGN(tok, tok::load_gguf_tokenizer(*file));
-  }
-  if (tok && tok->vocab_size() > static_cast<std::size_t>(c.n_vocab))
-    return make_error(Errc::parse, "the tokenizer {} has {} tokens but the model {} only {}: they do not belong together",
-                      o.tokenizer.empty() ? o.model : o.tokenizer, tok->vocab_size(), o.model, c.n_vocab);
   if (tok && tok->vocab_size() < static_cast<std::size_t>(c.n_vocab))
     cli::note(fmt::format("the model has {} rows of logits, the tokenizer {} tokens: ids {}..{} have no text and are "
                           "masked (-inf), never drawn",
@@ -289,18 +305,10 @@ std::string tsv_field(std::string_view s) {
 // generate perplexity: the model's perplexity on a text or ids, in sliding windows.
 Status run_perplexity(const Options& o, cli::Output& out) {
   auto t_load = Clock::now();
-  LMP_ASSIGN(auto file, tensor_io::TensorFile::open(o.model, o.no_mmap ? MappedFile::Load::copy : MappedFile::Load::map));
-  LMP_ASSIGN(auto model, model::Transformer::load(*file));
+  LMP_ASSIGN(Loaded loaded, load_model(o));
+  auto& model = loaded.model;
+  auto& tok = loaded.tok;
   const model::Config& c = model->config();
-  std::unique_ptr<tok::Tokenizer> tok;
-  if (!o.tokenizer.empty()) {
-    LMP_ASSIGN(tok, tok::load_tokenizer(o.tokenizer));
-  } else if (file->meta("tokenizer.ggml.model")) {
-    LMP_ASSIGN(tok, tok::load_gguf_tokenizer(*file));
-  }
-  if (tok && tok->vocab_size() > static_cast<std::size_t>(c.n_vocab))
-    return make_error(Errc::parse, "the tokenizer {} has {} tokens but the model {} only {}: they do not belong together",
-                      o.tokenizer.empty() ? o.model : o.tokenizer, tok->vocab_size(), o.model, c.n_vocab);
   std::vector<TokenId> ids;
   std::string source;
   if (!o.ids.empty()) {
