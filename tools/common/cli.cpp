@@ -15,6 +15,7 @@
 
 #include "lmpipe/core/cpu.h"
 #include "lmpipe/core/memory_limit.h"
+#include "lmpipe/text/unicode.h"
 
 #ifndef LMP_VERSION
 #define LMP_VERSION "0.0.0"
@@ -75,33 +76,16 @@ void note(std::string_view msg) {
 std::string printable_message(std::string_view msg, std::size_t max_bytes) {
   std::string out;
   out.reserve(std::min(msg.size(), max_bytes) + 16);
+  const auto* s = reinterpret_cast<const unsigned char*>(msg.data());
   std::size_t i = 0;
   while (i < msg.size() && out.size() < max_bytes) {
-    const auto c = static_cast<unsigned char>(msg[i]);
-    if (c < 0x80) {
-      if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7F) out += fmt::format("\\x{:02x}", c);
-      else out += static_cast<char>(c);
-      ++i;
-      continue;
-    }
-    // A whole, shortest-form UTF-8 sequence passes; any other byte is shown as \xNN.
-    std::size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    bool ok = n != 0 && i + n <= msg.size();
-    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(msg[i + k]) & 0xC0) == 0x80;
-    if (ok && n >= 3) {
-      const auto c1 = static_cast<unsigned char>(msg[i + 1]);
-      if (c == 0xE0 && c1 < 0xA0) ok = false;   // overlong
-      if (c == 0xED && c1 > 0x9F) ok = false;   // surrogate
-      if (c == 0xF0 && c1 < 0x90) ok = false;   // overlong
-      if (c == 0xF4 && c1 > 0x8F) ok = false;   // past U+10FFFF
-    }
-    if (ok) {
-      out.append(msg.substr(i, n));
-      i += n;
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-      ++i;
-    }
+    // A whole UTF-8 sequence passes (text::decode_utf8's rules); a control byte other than
+    // newline and tab, and any byte that is not UTF-8, is shown as \xNN.
+    const text::CodePoint c = text::decode_utf8(s, msg.size(), i);
+    const bool shown = c.cp >= text::kInvalidBase || (c.cp < 0x20 && c.cp != '\n' && c.cp != '\t') || c.cp == 0x7F;
+    if (shown) out += fmt::format("\\x{:02x}", s[i]);
+    else out.append(msg.substr(i, c.len));
+    i += c.len;
   }
   if (i < msg.size()) out += fmt::format("... ({} more bytes)", msg.size() - i);
   return out;
