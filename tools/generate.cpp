@@ -289,19 +289,6 @@ Status run(const Options& o, cli::Output& out) {
   return {};
 }
 
-// Tab, newline and backslash escaped, so that a token's text stays in its column.
-std::string tsv_field(std::string_view s) {
-  std::string o;
-  for (char ch : s) {
-    if (ch == '\t') o += "\\t";
-    else if (ch == '\n') o += "\\n";
-    else if (ch == '\r') o += "\\r";
-    else if (ch == '\\') o += "\\\\";
-    else o += ch;
-  }
-  return o;
-}
-
 // generate perplexity: the model's perplexity on a text or ids, in sliding windows.
 Status run_perplexity(const Options& o, cli::Output& out) {
   auto t_load = Clock::now();
@@ -343,7 +330,7 @@ Status run_perplexity(const Options& o, cli::Output& out) {
   auto on_token = [&](const model::TokenScore& t) -> Status {
     if (!o.per_token) return {};
     line = fmt::format("{}\t{}\t{:.6f}\t{}\t{}", t.pos, t.id, t.logprob, t.top1 ? 1 : 0, t.context);
-    if (tok) line += "\t" + tsv_field(tok->token_string(t.id));
+    if (tok) line += "\t" + cli::tsv_field(tok->token_string(t.id));
     line += '\n';
     return out.write(line);
   };

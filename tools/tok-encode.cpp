@@ -28,7 +28,7 @@ struct Options {
   std::vector<std::string> files, special_tokens;
   bool decode = false, pieces = false, stats = false, json = false, no_special = false, skip_special = false;
   bool force = false, add_special = false, lowercase = false, no_lowercase = false, sample = false, zero = false;
-  bool verbose = false;
+  bool verbose = false, offsets = false;
   char delim = '\n';  // input records end here ('\0' with -z)
   int threads = 0;  // 0: cli::default_threads(), or 1 with --sample
   std::size_t nbest = 0;
@@ -54,10 +54,34 @@ struct Worker {
   std::vector<std::vector<TokenId>> alternatives;
   Rng rng;
   std::vector<TokenId> ids;
+  std::vector<tok::Range> spans;  // --offsets
+  std::uint64_t line_no = 0;      // --offsets (one worker)
   std::vector<tok::PieceCount> pieces;
   tok::EncodeStats stats;
   std::uint64_t tokens = 0, bytes = 0;  // encoded (for --verbose)
 };
+
+// --offsets: one row per token of `line` (line, begin, end, id, token, the text).
+void offset_rows(const tok::Tokenizer& t, const Options& o, std::string_view line, Worker& w, std::string& out) {
+  ++w.line_no;
+  w.ids.clear();
+  w.spans.clear();
+  if (o.add_special) {  // template tokens cover no text (HF's (0, 0))
+    w.ids.assign(t.template_prefix().begin(), t.template_prefix().end());
+    w.spans.assign(w.ids.size(), {0, 0});
+  }
+  t.encode_with_offsets(line, w.ids, w.spans, w.session, !o.no_special);
+  if (o.add_special) {
+    w.ids.insert(w.ids.end(), t.template_suffix().begin(), t.template_suffix().end());
+    w.spans.resize(w.ids.size(), {0, 0});
+  }
+  w.tokens += w.ids.size();
+  for (std::size_t k = 0; k < w.ids.size(); ++k) {
+    const tok::Range r = w.spans[k];
+    out += fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", w.line_no, r.begin, r.end, w.ids[k],
+                       cli::tsv_field(t.token_string(w.ids[k])), cli::tsv_field(line.substr(r.begin, r.end - r.begin)));
+  }
+}
 
 // Encode the lines of `slice`, appending to `out`.
 void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view slice, Worker& w, std::string& out) {
@@ -93,6 +117,10 @@ void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view sl
         }
         if (terminated || &ids != &w.alternatives.back()) out += '\n';
       }
+      continue;
+    }
+    if (o.offsets) {
+      offset_rows(t, o, line, w, out);
       continue;
     }
     if (o.add_special) w.ids.assign(t.template_prefix().begin(), t.template_prefix().end());
@@ -324,6 +352,9 @@ int main(int argc, char** argv) {
   app.add_option("--alpha", o.alpha, "with --sample: the smoothing exponent (0.1; 0 = uniform over segmentations)")
       ->check(cli::Range(0.0, 100.0));
   app.add_option("--seed", o.seed, "with --sample: the seed of lmpipe's generator (1): the same draws on every platform");
+  app.add_flag("--offsets", o.offsets,
+               "print one tab-separated row per token: line, begin and end byte offsets in the line (end "
+               "exclusive), id, token, the text it covers (encodes on one thread)");
   app.add_flag("-v,--verbose", o.verbose,
                "report on stderr how long the tokenizer took to load and how fast the text was encoded");
 
@@ -338,7 +369,8 @@ int main(int argc, char** argv) {
       "  tok-encode -t cl100k_base.tiktoken --stats -j 2 wiki.txt\n"
       "  tok-encode -t tok.json notes.txt | tok-encode -t tok.json --decode | cmp - notes.txt\n"
       "  tok-encode -t tok.json -f npy corpus.txt -o corpus.npy\n"
-      "  echo 'Hello, world!' | tok-encode -t bert-base-uncased/vocab.txt --add-special --pieces"};
+      "  echo 'Hello, world!' | tok-encode -t bert-base-uncased/vocab.txt --add-special --pieces\n"
+      "  echo 'Ünïcode ﬁne' | tok-encode -t bert-base-uncased/tokenizer.json --offsets"};
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
     if (o.files.empty()) o.files.push_back("-");
@@ -351,6 +383,13 @@ int main(int argc, char** argv) {
     if (o.pieces && o.format == "npy") throw cli::UsageError("--pieces writes text; it does not combine with --format npy");
     if (o.json && !o.stats) throw cli::UsageError("--json goes with --stats");
     if (o.sample && o.threads > 1) throw cli::UsageError("--sample draws one stream of numbers: use -j 1");
+    if (o.offsets) {
+      if (o.decode || o.stats || o.pieces || o.format == "npy" || o.nbest || o.sample)
+        throw cli::UsageError("--offsets writes its own rows: not with --decode, --stats, --pieces, --format npy, "
+                              "--nbest or --sample");
+      if (o.threads > 1) throw cli::UsageError("--offsets numbers the lines in order: use -j 1");
+      o.threads = 1;
+    }
     if (o.threads == 0) o.threads = o.sample ? 1 : cli::default_threads();
     tok::LoadOptions lo;
     lo.pre_tokenizer = o.pre_tokenizer;

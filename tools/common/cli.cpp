@@ -73,6 +73,18 @@ void note(std::string_view msg) {
   fmt::print(stderr, "{}: {}\n", g_tool, printable_message(msg));
 }
 
+std::string tsv_field(std::string_view s) {
+  std::string o;
+  for (char ch : s) {
+    if (ch == '\t') o += "\\t";
+    else if (ch == '\n') o += "\\n";
+    else if (ch == '\r') o += "\\r";
+    else if (ch == '\\') o += "\\\\";
+    else o += ch;
+  }
+  return o;
+}
+
 std::string printable_message(std::string_view msg, std::size_t max_bytes) {
   std::string out;
   out.reserve(std::min(msg.size(), max_bytes) + 16);

@@ -73,6 +73,10 @@ class Range : public CLI::Range {
 // bytes that are not UTF-8 become \xNN, and it is cut to at most `max_bytes`.
 std::string printable_message(std::string_view msg, std::size_t max_bytes = 2000);
 
+// A text as one field of a tab-separated line: tab, newline, carriage return and
+// backslash escaped (\t \n \r \\), so that it stays in its column.
+std::string tsv_field(std::string_view s);
+
 // Standard output or an atomically written file. Writes are buffered; EPIPE ends the
 // process as SIGPIPE would (quietly).
 class Output {

@@ -312,3 +312,121 @@ bool is_assigned(std::uint32_t cp) {
 }
 
 }  // namespace lmp::text
+
+namespace lmp::text {
+
+namespace {
+
+// Cut `s` where `n` has a boundary before a character (an invalid byte is a piece of its
+// own), run `f` on each piece, and record the sources. `whole` is f of all of `s`: when
+// the pieces do not add up to it (a rule that looks across a boundary), every byte
+// points at the whole input, so that the text is always the one the tokenizer encodes.
+template <class F>
+void aligned_by_pieces(std::string_view s, const UNormalizer2* n, NormalForm decomposed, std::string& out,
+                       std::vector<SourceSpan>& src, F&& f) {
+  out.clear();
+  src.clear();
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  std::string piece_out;
+  std::string char_out, joined;
+  std::vector<SourceSpan> char_src, owners;
+  auto bytes = [&](std::size_t b, std::size_t e) {
+    for (std::size_t k = b; k < e; ++k) src.push_back({static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k + 1)});
+  };
+  auto flush = [&](std::size_t b, std::size_t e) {
+    if (e <= b) return;
+    std::string_view in = s.substr(b, e - b);
+    f(in, piece_out);
+    out += piece_out;
+    if (piece_out == in) {
+      bytes(b, e);
+      return;
+    }
+    // Character by character, when that gives the same text (a decomposition, a mapping,
+    // a mark removed): each output from its own character, as HF aligns them.
+    joined.clear();
+    char_src.clear();
+    for (std::size_t i = b; i < e;) {
+      std::size_t len = decode_utf8(p, s.size(), i).len;
+      std::string_view ch = s.substr(i, len);
+      f(ch, char_out);
+      joined += char_out;
+      if (char_out == ch) {
+        for (std::size_t k = i; k < i + len; ++k)
+          char_src.push_back({static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k + 1)});
+      } else {
+        char_src.insert(char_src.end(), char_out.size(), {static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i + len)});
+      }
+      i += len;
+    }
+    if (joined == piece_out) {
+      src.insert(src.end(), char_src.begin(), char_src.end());
+      return;
+    }
+    // Characters composed ("e" + U+0301 → "é"): decomposed, each input character owns
+    // the positions of its decomposition, in input order (reordering the marks does not
+    // move their owners); each output character takes as many positions as its own
+    // decomposition has characters and comes from the owner of the first. So a composed
+    // character comes from its starter, as in HF tokenizers' alignments.
+    owners.clear();
+    for (std::size_t i = b; i < e;) {
+      std::size_t len = decode_utf8(p, s.size(), i).len;
+      std::string d = normalize(s.substr(i, len), decomposed);
+      std::size_t chars = 0;
+      for (unsigned char c : d) chars += (c & 0xC0) != 0x80;
+      owners.insert(owners.end(), std::max<std::size_t>(chars, 1),
+                    {static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i + len)});
+      i += len;
+    }
+    const auto* q = reinterpret_cast<const unsigned char*>(piece_out.data());
+    std::size_t at = 0;
+    for (std::size_t o = 0; o < piece_out.size();) {
+      std::size_t len = decode_utf8(q, piece_out.size(), o).len;
+      std::string d = normalize(piece_out.substr(o, len), decomposed);
+      std::size_t chars = 0;
+      for (unsigned char c : d) chars += (c & 0xC0) != 0x80;
+      src.insert(src.end(), len, owners[std::min(at, owners.size() - 1)]);
+      at += std::max<std::size_t>(chars, 1);
+      o += len;
+    }
+  };
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < s.size();) {
+    auto c = decode_utf8(p, s.size(), i);
+    bool invalid = c.cp >= kInvalidBase;
+    if (i > start && (invalid || c.cp < 0x80 || unorm2_hasBoundaryBefore(n, static_cast<UChar32>(c.cp)))) {
+      flush(start, i);
+      start = i;
+    }
+    i += c.len;
+    if (invalid) {
+      flush(start, i);
+      start = i;
+    }
+  }
+  flush(start, s.size());
+  std::string whole;
+  f(s, whole);
+  if (whole != out) {
+    out = std::move(whole);
+    src.assign(out.size(), {0, static_cast<std::uint32_t>(s.size())});
+  }
+}
+
+}  // namespace
+
+void normalize_aligned(std::string_view s, NormalForm form, std::string& out, std::vector<SourceSpan>& src) {
+  NormalForm decomposed = form == NormalForm::nfc || form == NormalForm::nfd ? NormalForm::nfd : NormalForm::nfkd;
+  aligned_by_pieces(s, instance(form), decomposed, out, src,
+                    [form](std::string_view in, std::string& o) { o = normalize(in, form); });
+}
+
+void bert_normalize_aligned(std::string_view s, const BertNormalization& o, std::string& out,
+                            std::vector<SourceSpan>& src) {
+  // Cleaning, padding and lowercasing go character by character; accents are stripped
+  // after NFD, whose boundaries are therefore the pieces'.
+  aligned_by_pieces(s, instance(NormalForm::nfd), NormalForm::nfd, out, src,
+                    [&o](std::string_view in, std::string& r) { bert_normalize(in, o, r); });
+}
+
+}  // namespace lmp::text

@@ -1,5 +1,8 @@
 #include "lmpipe/tok/sentencepiece.h"
 
+#include <unicode/ubrk.h>
+#include <unicode/utext.h>
+
 #include <algorithm>
 #include <cfloat>
 #include <cstring>
@@ -123,7 +126,7 @@ Status SpNormalizer::load_charsmap(std::string_view blob, const std::string& whe
 }
 
 // darts-clone's commonPrefixSearch, keeping the longest match.
-std::pair<std::string_view, std::size_t> SpNormalizer::match(std::string_view s) const {
+std::pair<std::string_view, std::size_t> SpNormalizer::match(std::string_view s, bool shortest) const {
   if (trie_.empty()) return {{}, 0};
   auto offset = [](std::uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); };
   auto label = [](std::uint32_t u) { return u & ((1u << 31) | 0xFFu); };
@@ -144,30 +147,141 @@ std::pair<std::string_view, std::size_t> SpNormalizer::match(std::string_view s)
     if (has_leaf(unit)) {
       best_len = i + 1;
       best_value = trie_[id] & 0x7FFFFFFFu;
+      if (shortest) break;
     }
   }
   if (best_len == 0 || best_value >= pool_.size()) return {{}, 0};
   return {std::string_view(pool_.c_str() + best_value), best_len};
 }
 
-void SpNormalizer::apply_charsmap(std::string_view in, std::string& out) const {
+namespace {
+// Record that the bytes of `out` not yet in `src` came from in[b, e).
+void note_source(std::vector<text::SourceSpan>* src, const std::string& out, std::size_t b, std::size_t e) {
+  if (src) src->resize(out.size(), {static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(e)});
+}
+
+// A rule replaced in[b, e) with the bytes of `out` not yet in `src`: its k-th output
+// character came from the k-th input character (the last one when there are more
+// outputs), so that "e" + U+0301 → "é" points at the "e" and "ﬁ" → "fi" at the ﬁ, as HF
+// tokenizers aligns a replacement.
+void note_rule(std::vector<text::SourceSpan>* src, const std::string& out, std::string_view in, std::size_t b,
+               std::size_t e) {
+  if (!src) return;
+  const auto* p = reinterpret_cast<const unsigned char*>(in.data());
+  const auto* q = reinterpret_cast<const unsigned char*>(out.data());
+  std::size_t i = b;
+  for (std::size_t o = src->size(); o < out.size();) {
+    std::size_t n_in = i < e ? text::decode_utf8(p, e, i).len : 0;
+    std::size_t n_out = text::decode_utf8(q, out.size(), o).len;
+    text::SourceSpan from = n_in ? text::SourceSpan{static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i + n_in)}
+                                 : (src->empty() ? text::SourceSpan{static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(e)}
+                                                 : src->back());
+    src->insert(src->end(), n_out, from);
+    o += n_out;
+    if (n_in && i + n_in < e) i += n_in;
+  }
+}
+}  // namespace
+
+namespace {
+// The ends (byte offsets) of the extended grapheme clusters of valid UTF-8 `s`, by ICU's
+// character break rules (Unicode's UAX #29, as Rust's unicode-segmentation in HF).
+void grapheme_ends(std::string_view s, std::vector<std::size_t>& ends) {
+  struct Iterator {
+    UBreakIterator* bi = nullptr;
+    ~Iterator() {
+      if (bi) ubrk_close(bi);
+    }
+  };
+  thread_local Iterator it;
+  ends.clear();
+  UErrorCode st = U_ZERO_ERROR;
+  if (!it.bi) it.bi = ubrk_open(UBRK_CHARACTER, "", nullptr, 0, &st);
+  UText* ut = U_SUCCESS(st) ? utext_openUTF8(nullptr, s.data(), static_cast<int64_t>(s.size()), &st) : nullptr;
+  if (ut) ubrk_setUText(it.bi, ut, &st);
+  if (ut && U_SUCCESS(st))
+    for (int32_t e = ubrk_next(it.bi); e != UBRK_DONE; e = ubrk_next(it.bi)) ends.push_back(static_cast<std::size_t>(e));
+  if (ut) utext_close(ut);
+  if (U_FAILURE(st) || ends.empty() || ends.back() != s.size()) {  // ICU failed: one character each
+    ends.clear();
+    for (std::size_t i = 0; i < s.size();) ends.push_back(i += std::max<std::size_t>(1, utf8_len(s.substr(i))));
+  }
+}
+}  // namespace
+
+void SpNormalizer::apply_charsmap(std::string_view in, std::string& out, std::vector<text::SourceSpan>* src) const {
   out.clear();
-  while (!in.empty()) {
-    auto m = match(in);
+  if (src) src->clear();
+  // One character: its rule's replacement, or itself.
+  auto one_char = [&](std::size_t at, std::size_t n) {
+    auto m = match(in.substr(at, n));
     if (m.second > 0) {
       out += m.first;
-      in.remove_prefix(m.second);
+      note_rule(src, out, in, at, at + n);
+      return;
+    }
+    out.append(in.substr(at, n));
+    if (src)
+      for (std::size_t k = at; k < at + n; ++k)
+        src->push_back({static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k + 1)});
+  };
+  std::vector<std::size_t> ends;
+  std::size_t at = 0;
+  while (at < in.size()) {
+    // The run of valid UTF-8 from here (HF's text is valid; an invalid byte is kept).
+    std::size_t run = at, ascii = true;
+    for (std::size_t n; run < in.size() && (n = utf8_len(in.substr(run))) > 0; run += n)
+      ascii = ascii && n == 1;
+    if (run == at) {
+      one_char(at++, 1);
       continue;
     }
-    std::size_t n = utf8_len(in);
-    if (n == 0) n = 1;
-    out.append(in.substr(0, n));
-    in.remove_prefix(n);
+    if (ascii) {  // each character is a cluster, but CR LF
+      for (; at < run; ++at) {
+        if (in[at] == '\r' && at + 1 < run && in[at + 1] == '\n') {
+          auto m = match(in.substr(at, 2), /*shortest=*/true);
+          if (m.second > 0) {
+            out += m.first;
+            note_rule(src, out, in, at, at + 2);
+            ++at;
+            continue;
+          }
+        }
+        one_char(at, 1);
+      }
+      continue;
+    }
+    grapheme_ends(in.substr(at, run - at), ends);
+    const std::size_t base = at;
+    for (std::size_t e : ends) {
+      std::size_t end = base + e;
+      std::string_view g = in.substr(at, end - at);
+      // HF's Precompiled normalizer: a cluster under 6 bytes that a rule starts is
+      // replaced whole by the shortest such rule's replacement (what follows the rule's
+      // match in the cluster is dropped); otherwise character by character.
+      if (g.size() < 6) {
+        auto m = match(g, /*shortest=*/true);
+        if (m.second > 0) {
+          out += m.first;
+          note_rule(src, out, in, at, end);
+          at = end;
+          continue;
+        }
+      }
+      for (std::size_t n; at < end; at += n) {
+        n = std::max<std::size_t>(1, utf8_len(in.substr(at)));
+        one_char(at, n);
+      }
+    }
   }
 }
 
-void SpNormalizer::normalize(std::string_view in, std::string& out) const {
+void SpNormalizer::normalize(std::string_view in, std::string& out, std::vector<text::SourceSpan>* src) const {
   out.clear();
+  if (src) src->clear();
+  const std::string_view whole = in;
+  const std::size_t total = in.size();
+  auto at = [&] { return total - in.size(); };  // bytes of the input consumed
   // The next normalized piece of `in` and the bytes it consumes.
   auto next = [&](std::string_view s) -> std::pair<std::string_view, std::size_t> {
     auto m = match(s);
@@ -185,7 +299,10 @@ void SpNormalizer::normalize(std::string_view in, std::string& out) const {
     }
   }
   if (in.empty()) return;
-  if (!treat_whitespace_as_suffix && add_dummy_prefix) add_ws();
+  if (!treat_whitespace_as_suffix && add_dummy_prefix) {
+    add_ws();
+    note_source(src, out, at(), at() + next(in).second);
+  }
   bool prev_space = remove_extra_whitespaces;
   while (!in.empty()) {
     auto [sp, used] = next(in);
@@ -197,6 +314,12 @@ void SpNormalizer::normalize(std::string_view in, std::string& out) const {
         else out += c;
       }
       prev_space = sp.back() == ' ';
+      if (src && sp == in.substr(0, used) && sp.find(' ') == std::string_view::npos) {
+        for (std::size_t k = at(); k < at() + used; ++k)  // unchanged: byte for byte
+          src->push_back({static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k + 1)});
+      } else {
+        note_rule(src, out, whole, at(), at() + used);
+      }
     }
     in.remove_prefix(used);
     if (!remove_extra_whitespaces) prev_space = false;
@@ -205,8 +328,13 @@ void SpNormalizer::normalize(std::string_view in, std::string& out) const {
     std::string_view ws = escape_whitespaces ? kSpace : std::string_view(" ");
     while (out.size() >= ws.size() && std::string_view(out).substr(out.size() - ws.size()) == ws)
       out.resize(out.size() - ws.size());
+    if (src) src->resize(out.size());
   }
-  if (treat_whitespace_as_suffix && add_dummy_prefix) add_ws();
+  if (treat_whitespace_as_suffix && add_dummy_prefix) {
+    add_ws();
+    std::size_t last = src && !src->empty() ? src->back().begin : 0;
+    note_source(src, out, last, src && !src->empty() ? src->back().end : 0);
+  }
 }
 
 // ---- Model --------------------------------------------------------------------------

@@ -111,11 +111,10 @@ const AddedToken* Tokenizer::match_added(std::string_view text, std::size_t pos)
   return nullptr;
 }
 
-void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Session& s,
-                       bool parse_special) const {
-  if (s.pieces) s.words_.clear();
+template <class OnSegment, class OnAdded>
+void Tokenizer::split_added(std::string_view text, bool parse_special, OnSegment&& segment, OnAdded&& added) const {
   if (!parse_special || added_.empty()) {
-    encode_segment(text, out, s);
+    segment(std::size_t{0}, text.size());
     return;
   }
   std::size_t seg = 0;
@@ -132,15 +131,26 @@ void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Session
     std::size_t seg_end = i;
     if (m->lstrip)
       while (seg_end > seg && (text[seg_end - 1] == ' ' || text[seg_end - 1] == '\t')) --seg_end;
-    encode_segment(text.substr(seg, seg_end - seg), out, s);
-    out.push_back(m->id);
-    if (s.pieces) s.pieces->push_back({text.substr(i, m->content.size()), 1});
+    segment(seg, seg_end);
+    added(*m, i);
     i += m->content.size();
     if (m->rstrip)
       while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
     seg = i;
   }
-  encode_segment(text.substr(seg), out, s);
+  segment(seg, text.size());
+}
+
+void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Session& s,
+                       bool parse_special) const {
+  if (s.pieces) s.words_.clear();
+  split_added(
+      text, parse_special,
+      [&](std::size_t b, std::size_t e) { encode_segment(text.substr(b, e - b), out, s); },
+      [&](const AddedToken& m, std::size_t at) {
+        out.push_back(m.id);
+        if (s.pieces) s.pieces->push_back({text.substr(at, m.content.size()), 1});
+      });
 }
 
 void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s) const {
@@ -243,6 +253,208 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<TokenId>& out, 
   e.len = static_cast<std::uint8_t>(piece.size());
   e.n = static_cast<std::uint8_t>(n);
   std::copy(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(), e.ids);
+}
+
+// ---- Offsets ---------------------------------------------------------------------------
+
+namespace {
+
+using text::SourceSpan;
+
+void identity_sources(std::size_t n, std::vector<SourceSpan>& src) {
+  src.resize(n);
+  for (std::size_t k = 0; k < n; ++k) src[k] = {static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k + 1)};
+}
+
+// The source of the bytes [b, e) of a text whose bytes came from `src`; an empty span
+// sits where the byte at b came from (or after the last one).
+Range through(const std::vector<SourceSpan>& src, Range r) {
+  if (src.empty()) return {0, 0};
+  if (r.begin >= src.size()) return {src.back().end, src.back().end};
+  if (r.end <= r.begin) return {src[r.begin].begin, src[r.begin].begin};
+  return {src[r.begin].begin, std::max(src[r.begin].begin, src[std::min<std::size_t>(r.end, src.size()) - 1].end)};
+}
+
+// Bytes of the character at the start of `s` (1 for an invalid byte, 0 for empty).
+std::size_t char_bytes(std::string_view s) {
+  if (s.empty()) return 0;
+  return text::decode_utf8(reinterpret_cast<const unsigned char*>(s.data()), s.size(), 0).len;
+}
+
+// The value of a byte-fallback token's text "<0xXX>", or -1.
+int byte_token_value(std::string_view t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  int v = 0;
+  for (char c : t.substr(3, 2)) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+}  // namespace
+
+void Tokenizer::token_spans(std::string_view piece, const TokenId* ids, std::size_t n, std::vector<Range>& spans) const {
+  // What a token stands for in the normalized text: its text, one byte, or (unknown)
+  // whatever lies before the next token.
+  struct Surface {
+    std::string_view text;
+    int byte = -1;
+    bool unknown = false;
+  };
+  auto surface = [&](std::size_t k) -> Surface {
+    TokenId id = ids[k];
+    std::string_view t = model_->token_text(id);
+    switch (model_->type()) {
+      case ModelType::bpe:
+        if (!bpe_->char_level()) return {t};
+        if (id == bpe_->unk_id()) return {{}, -1, true};
+        if (bpe_->byte_fallback()) {
+          int b = byte_token_value(t);
+          if (b >= 0) return {{}, b};
+        }
+        return {t};
+      case ModelType::wordpiece: {
+        const auto& wp = static_cast<const WordPieceModel&>(*model_);
+        if (id == wp.unk_id()) return {{}, -1, true};
+        const std::string& pre = wp.options().prefix;
+        if (k > 0 && !pre.empty() && t.substr(0, pre.size()) == pre) t.remove_prefix(pre.size());
+        return {t};
+      }
+      case ModelType::sentencepiece: {
+        const auto& sp = static_cast<const SentencePieceModel&>(*model_);
+        SpPieceType type = sp.piece_type(id);
+        if (type == SpPieceType::unknown) return {{}, -1, true};
+        if (type == SpPieceType::byte) return {{}, byte_token_value(t)};
+        return {t};
+      }
+    }
+    return {t};
+  };
+  // Where surface `su` next occurs at or after `from`, and its length.
+  auto find = [&](const Surface& su, std::size_t from) -> std::pair<std::size_t, std::size_t> {
+    if (su.byte >= 0) {
+      std::size_t q = piece.find(static_cast<char>(su.byte), from);
+      return {q, 1};
+    }
+    if (su.unknown || su.text.empty()) return {std::string_view::npos, 0};
+    return {piece.find(su.text, from), su.text.size()};
+  };
+  std::size_t pos = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    Surface su = surface(k);
+    if (!su.unknown) {
+      auto [q, len] = find(su, pos);
+      if (q == std::string_view::npos) {  // not in the text (cannot happen for a model's own output)
+        spans.push_back({static_cast<std::uint32_t>(pos), static_cast<std::uint32_t>(pos)});
+        continue;
+      }
+      spans.push_back({static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(q + len)});
+      pos = q + len;
+      continue;
+    }
+    // Unknown: up to where the next token is found (at least one character), or the end.
+    std::size_t first = std::min(piece.size(), pos + std::max<std::size_t>(1, char_bytes(piece.substr(pos))));
+    std::size_t end = piece.size();
+    if (k + 1 < n) {
+      Surface next = surface(k + 1);
+      if (next.unknown) end = first;
+      else if (auto q = find(next, first).first; q != std::string_view::npos) end = q;
+    }
+    spans.push_back({static_cast<std::uint32_t>(pos), static_cast<std::uint32_t>(end)});
+    pos = end;
+  }
+}
+
+void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, std::vector<TokenId>& out,
+                                     std::vector<Range>& spans, Session& s) const {
+  if (seg.empty()) return;
+  // The normalized segment `t` and the source in `seg` of each of its bytes, as
+  // encode_segment normalizes.
+  std::string_view t = seg;
+  auto& src = s.src_;
+  auto first_char = [](const std::vector<SourceSpan>& m, std::string_view in) -> SourceSpan {
+    std::size_t n = std::max<std::size_t>(1, char_bytes(in));
+    return {m.front().begin, m[std::min(n, m.size()) - 1].end};
+  };
+  if (bert_) {
+    text::bert_normalize_aligned(seg, *bert_, s.norm_, src);
+    t = s.norm_;
+  } else if (metaspace_) {
+    std::string_view in = seg;
+    auto& in_src = s.piece_src_;
+    if (charsmap_) {
+      charsmap_->apply_charsmap(seg, s.mapped_, &in_src);
+      in = s.mapped_;
+    } else {
+      identity_sources(seg.size(), in_src);
+    }
+    bool starts = !in.empty() && (in[0] == ' ' || in.substr(0, kMetaspace.size()) == kMetaspace);
+    s.norm_.assign(metaspace_if_missing_ && starts ? "" : kMetaspace);
+    src.assign(s.norm_.size(), in.empty() ? SourceSpan{0, 0} : first_char(in_src, in));
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      if (in[k] == ' ') s.norm_ += kMetaspace;
+      else s.norm_ += in[k];
+      src.resize(s.norm_.size(), in_src[k]);
+    }
+    t = s.norm_;
+  } else if (norm_ != Normalization::none || (prefix_space_ && seg[0] != ' ')) {
+    if (norm_ == Normalization::none) {
+      s.norm_.assign(seg);
+      identity_sources(seg.size(), src);
+    } else {
+      text::normalize_aligned(seg, norm_ == Normalization::nfc ? text::NormalForm::nfc : text::NormalForm::nfkc,
+                              s.norm_, src);
+    }
+    if (prefix_space_ && (s.norm_.empty() || s.norm_[0] != ' ')) {
+      s.norm_.insert(s.norm_.begin(), ' ');
+      src.insert(src.begin(), src.empty() ? SourceSpan{0, 0} : first_char(src, s.norm_.substr(1)));
+    }
+    t = s.norm_;
+  } else {
+    identity_sources(seg.size(), src);
+  }
+  s.ranges_.clear();
+  if (pre_) pre_->split(t, s.ranges_);
+  else s.ranges_.push_back({0, static_cast<std::uint32_t>(t.size())});
+  const auto* sp = model_->type() == ModelType::sentencepiece ? static_cast<const SentencePieceModel*>(model_.get())
+                                                               : nullptr;
+  for (const Range& r : s.ranges_) {
+    std::string_view piece = t.substr(r.begin, r.end - r.begin);
+    std::size_t before = out.size();
+    s.token_spans_.clear();
+    if (sp && !sp->hf()) {  // the model normalizes again: through both sources
+      sp->normalizer().normalize(piece, s.piece_norm_, &s.piece_src_);
+      sp->encode_normalized(s.piece_norm_, out, s.scratch_);
+      token_spans(s.piece_norm_, out.data() + before, out.size() - before, s.token_spans_);
+      for (Range& x : s.token_spans_) {
+        x = through(s.piece_src_, x);
+        if (x.begin == x.end && x.begin >= piece.size()) x = {static_cast<std::uint32_t>(piece.size()), static_cast<std::uint32_t>(piece.size())};
+      }
+    } else {
+      if (bpe_) bpe_->encode(piece, out, s.scratch_.bpe);
+      else model_->encode(piece, out, s.scratch_);
+      token_spans(piece, out.data() + before, out.size() - before, s.token_spans_);
+    }
+    for (Range x : s.token_spans_) {
+      Range o = through(src, {x.begin + r.begin, x.end + r.begin});
+      spans.push_back({o.begin + base, o.end + base});
+    }
+  }
+}
+
+void Tokenizer::encode_with_offsets(std::string_view text, std::vector<TokenId>& out, std::vector<Range>& spans,
+                                    Session& s, bool parse_special) const {
+  split_added(
+      text, parse_special,
+      [&](std::size_t b, std::size_t e) {
+        segment_with_offsets(text.substr(b, e - b), static_cast<std::uint32_t>(b), out, spans, s);
+      },
+      [&](const AddedToken& m, std::size_t at) {
+        out.push_back(m.id);
+        spans.push_back({static_cast<std::uint32_t>(at), static_cast<std::uint32_t>(at + m.content.size())});
+      });
 }
 
 namespace {

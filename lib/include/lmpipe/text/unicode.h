@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "lmpipe/core/result.h"
 
@@ -95,5 +96,22 @@ struct BertNormalization {
   bool lowercase = true;
 };
 void bert_normalize(std::string_view s, const BertNormalization& o, std::string& out);
+
+// Where each byte of a normalized text came from: the bytes [begin, end) of the input.
+struct SourceSpan {
+  std::uint32_t begin, end;
+};
+
+// normalize() and bert_normalize(), with the source of each output byte (`src`, one
+// entry per byte of `out`; the output is the same). The input is cut where the form
+// has a normalization boundary (a character that nothing before it combines with) and
+// each piece normalized alone, then character by character when that gives the same
+// text: an output byte points at the character it came from (ﬁ for both letters of "fi",
+// nothing at a mark that was removed), or at its own input byte where the character came
+// through unchanged. Characters composed into one ("e" + U+0301 → "é") point at the
+// first, as HF tokenizers' alignments do.
+void normalize_aligned(std::string_view s, NormalForm form, std::string& out, std::vector<SourceSpan>& src);
+void bert_normalize_aligned(std::string_view s, const BertNormalization& o, std::string& out,
+                            std::vector<SourceSpan>& src);
 
 }  // namespace lmp::text

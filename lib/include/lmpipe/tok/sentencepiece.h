@@ -21,6 +21,7 @@
 #include "lmpipe/core/flat_map.h"
 #include "lmpipe/core/rng.h"
 #include "lmpipe/core/string_map.h"
+#include "lmpipe/text/unicode.h"
 #include "lmpipe/tok/model.h"
 
 namespace lmp::tok {
@@ -37,14 +38,19 @@ class SpNormalizer {
   std::string charsmap;  // the precompiled charsmap blob as loaded (empty: none)
   // Load the precompiled charsmap blob (u32 trie size, trie units, string pool).
   Status load_charsmap(std::string_view blob, const std::string& where);
-  void normalize(std::string_view in, std::string& out) const;
-  // The character map alone (what HF's Precompiled normalizer does with a map of
-  // one-character rules): each rule's replacement, other characters as they are.
-  void apply_charsmap(std::string_view in, std::string& out) const;
+  // With `src`, also where each byte of `out` came from in `in` (the dummy prefix: the
+  // first character kept).
+  void normalize(std::string_view in, std::string& out, std::vector<text::SourceSpan>* src = nullptr) const;
+  // The character map alone, as HF's Precompiled normalizer applies it (not spm's
+  // leftmost-longest): by extended grapheme cluster, a cluster under 6 bytes that a rule
+  // starts becomes the shortest such rule's replacement (the rest of the cluster is
+  // dropped: "ﬁ" + U+0301 → "fi"), any other cluster is mapped character by character.
+  void apply_charsmap(std::string_view in, std::string& out, std::vector<text::SourceSpan>* src = nullptr) const;
 
  private:
   // Longest rule matching a prefix of `s`: (replacement, bytes consumed); consumed 0 if none.
-  std::pair<std::string_view, std::size_t> match(std::string_view s) const;
+  // With `shortest`, the shortest such rule instead.
+  std::pair<std::string_view, std::size_t> match(std::string_view s, bool shortest = false) const;
   std::vector<std::uint32_t> trie_;   // darts-clone units
   std::string pool_;                  // NUL-terminated replacements
 };
@@ -65,6 +71,8 @@ class SentencePieceModel final : public Model {
   ModelType type() const override { return ModelType::sentencepiece; }
   // Encode one segment of raw text (normalization included).
   void encode(std::string_view text, std::vector<TokenId>& out, ModelScratch& s) const override;
+  // Encode text normalized already (by normalizer(), or for HF models by the Tokenizer).
+  void encode_normalized(std::string_view text, std::vector<TokenId>& out, ModelScratch& s) const;
   std::size_t vocab_size() const override { return pieces_.size(); }
   std::string_view token_text(TokenId id) const override {
     return id >= 0 && static_cast<std::size_t>(id) < pieces_.size() ? std::string_view(pieces_[static_cast<std::size_t>(id)])
@@ -93,7 +101,6 @@ class SentencePieceModel final : public Model {
   const SpNormalizer& normalizer() const { return norm_; }
 
  private:
-  void encode_normalized(std::string_view text, std::vector<TokenId>& out, ModelScratch& s) const;
   // Pieces to ids: byte fallback for unknown pieces, runs of <unk> as one.
   void emit(const std::vector<std::pair<std::string_view, TokenId>>& pieces, std::vector<TokenId>& out,
             ModelScratch& s) const;

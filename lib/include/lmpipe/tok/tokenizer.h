@@ -101,6 +101,11 @@ class Session {
   std::vector<Range> ranges_;
   std::string norm_;
   std::vector<CacheSlot> cache_;  // (1 << kCacheBits)
+  // encode_with_offsets: the sources of the normalized segment's bytes, and of a
+  // SentencePiece model's own normalization of a piece.
+  std::vector<text::SourceSpan> src_, piece_src_;
+  std::string piece_norm_;
+  std::vector<Range> token_spans_;
 };
 
 class Tokenizer {
@@ -114,6 +119,14 @@ class Tokenizer {
   // ids to `out`. With `parse_special` false, added-token text is ordinary text.
   void encode(std::string_view text, std::vector<TokenId>& out, Session& s,
               bool parse_special = true) const;
+  // encode(), and for each id appended the bytes [begin, end) of `text` it stands for
+  // (HF's offsets, in bytes): the same ids. A token made from normalized text points at
+  // the input it came from (NFKC's "fi" at "ﬁ", a lowercased or accent-stripped letter at
+  // the original); inserted text (a dummy prefix ▁, a prefix space) at the character it
+  // was put before. A byte-level token that holds part of a character points at those
+  // bytes alone; an unknown token at the span up to the next token.
+  void encode_with_offsets(std::string_view text, std::vector<TokenId>& out, std::vector<Range>& spans, Session& s,
+                           bool parse_special = true) const;
   // Inverse of encode: the text of the ids (exact for byte-level BPE; WordPiece loses
   // what its normalizer removed). An id outside the vocabulary is an error.
   Status decode(const TokenId* ids, std::size_t n, std::string& out, bool skip_special = false) const;
@@ -154,6 +167,14 @@ class Tokenizer {
 
  private:
   void encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s) const;
+  // The added-token split of encode(): `segment(begin, end)` for the text between added
+  // tokens (whitespace they strip left out), `added(token, at)` for each match.
+  template <class OnSegment, class OnAdded>
+  void split_added(std::string_view text, bool parse_special, OnSegment&& segment, OnAdded&& added) const;
+  void segment_with_offsets(std::string_view seg, std::uint32_t base, std::vector<TokenId>& out,
+                            std::vector<Range>& spans, Session& s) const;
+  // Spans in `piece` (normalized text) of the tokens ids[0, n) that encode it.
+  void token_spans(std::string_view piece, const TokenId* ids, std::size_t n, std::vector<Range>& spans) const;
   Status decode_metaspace(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const;
   Result<std::optional<std::string_view>> decode_text(TokenId id, bool skip_special) const;
   void encode_piece(std::string_view piece, std::vector<TokenId>& out, Session& s) const;
