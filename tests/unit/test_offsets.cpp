@@ -1,0 +1,243 @@
+// Tokenizer::encode_with_offsets and the aligned normalizers behind it: the same ids as
+// encode, spans in order inside the text, and the spans HF tokenizers gives on cases
+// checked by hand (the conformance test hf_offsets compares whole corpora with HF).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <unistd.h>
+
+#include "lmpipe/tok/bpe_trainer.h"
+#include "lmpipe/tok/sp_trainer.h"
+#include "lmpipe/tok/tokenizer.h"
+#include "lmpipe/tok/wordpiece.h"
+#include "lmpipe/tok/wordpiece_trainer.h"
+
+using namespace lmp;
+using namespace lmp::tok;
+
+namespace {
+
+const char* kCorpus =
+    "the quick brown fox jumps over the lazy dog\n"
+    "The Dog sleeps 12345 times, café naïve ﬁne Ｆｕｌｌ\n"
+    "中文字符 中文 日本語のテキスト 한국어\n";
+
+// Random text from pieces that exercise the normalizers: ASCII, precomposed and
+// decomposed accents, marks out of canonical order, ligatures, full-width letters,
+// jamo, CJK, emoji, controls and bytes that are not UTF-8.
+std::string random_text(std::mt19937& rng) {
+  static const char* parts[] = {"a", "b", " ", "  ", "the", "dog", "\t", "é", "e\xCC\x81", "a\xCC\x81\xCC\xA3",
+                                "a\xCC\xA3\xCC\x81", "\xEF\xAC\x81", "\xEF\xBC\xA6", "\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB",
+                                "中", "文", "😀", "\x01", "\xFF", "\xC3", "Ä", "İ", "ß", "\xC2\xA0", "1", "23", ",", "<|endoftext|>"};
+  std::uniform_int_distribution<std::size_t> pick(0, std::size(parts) - 1), len(0, 12);
+  std::string s;
+  for (std::size_t n = len(rng); n > 0; --n) s += parts[pick(rng)];
+  return s;
+}
+
+// The spans are in order, inside the text, and (where `tiles`) cover it exactly.
+void check_spans(const Tokenizer& t, const std::string& text, bool tiles) {
+  Session s1(t), s2(t);
+  std::vector<TokenId> ids, ids2;
+  std::vector<Range> spans;
+  t.encode(text, ids, s1);
+  t.encode_with_offsets(text, ids2, spans, s2);
+  INFO("text: " << text);
+  REQUIRE(ids2 == ids);
+  REQUIRE(spans.size() == ids.size());
+  std::uint32_t prev = 0, covered = 0;
+  for (const Range& r : spans) {
+    CHECK(r.begin <= r.end);
+    CHECK(r.end <= text.size());
+    CHECK(r.begin >= prev);
+    prev = r.begin;
+    if (tiles) {
+      CHECK(r.begin == covered);
+      covered = r.end;
+    }
+  }
+  if (tiles) CHECK(covered == text.size());
+}
+
+std::unique_ptr<Tokenizer> byte_level_bpe(bool all_bytes) {
+  auto pre = make_pre_tokenizer("cl100k");
+  REQUIRE(pre.ok());
+  WordCounter wc(*pre.value(), 1);
+  wc.add(kCorpus);
+  BpeTrainerConfig cfg;
+  cfg.vocab_size = 330;
+  cfg.initial_alphabet_bytes = all_bytes;
+  cfg.special_tokens = {"<|endoftext|>"};
+  TrainReport rep;
+  auto t = train_bpe(wc.take(), cfg, std::move(pre).value(), rep);
+  REQUIRE(t.ok());
+  return std::move(t).value();
+}
+
+std::unique_ptr<Tokenizer> wordpiece() {
+  auto pre = make_pre_tokenizer("bert");
+  REQUIRE(pre.ok());
+  WordPieceTrainerConfig cfg;
+  cfg.vocab_size = 200;
+  cfg.special_tokens = {"[UNK]"};
+  WordCounter wc(*pre.value(), 1, cfg.normalization);
+  wc.add(kCorpus);
+  TrainReport rep;
+  auto t = train_wordpiece(wc.take(), cfg, rep);
+  REQUIRE(t.ok());
+  return std::move(t).value();
+}
+
+// A SentencePiece BPE (NFKC map, byte fallback) as a .model and as HF's tokenizer.json.
+std::pair<std::unique_ptr<Tokenizer>, std::unique_ptr<Tokenizer>> sentencepiece(bool unigram) {
+  auto norm = make_sp_normalizer("nfkc");
+  REQUIRE(norm.ok());
+  WordCountMap counts;
+  std::string line, normalized;
+  for (std::string_view c = kCorpus; !c.empty();) {
+    std::size_t nl = c.find('\n');
+    sp_normalize_line(c.substr(0, nl), norm.value(), normalized);
+    sp_count_words(normalized, false, counts);
+    c.remove_prefix(nl + 1);
+  }
+  UnigramTrainerConfig cfg;
+  cfg.normalizer = norm.value();
+  cfg.vocab_size = unigram ? 360 : 380;
+  SpTrainReport rep;
+  std::string json;
+  auto proto = unigram ? train_sp_unigram(counts, cfg, rep, {}, &json) : train_sp_bpe(counts, cfg, rep, {}, &json);
+  INFO((proto.ok() ? std::string() : proto.error().message));
+  REQUIRE(proto.ok());
+  auto path = std::filesystem::temp_directory_path() / ("lmpipe_offsets_" + std::to_string(::getpid()) + ".model");
+  std::ofstream(path, std::ios::binary) << proto.value();
+  auto model = load_tokenizer(path.string());
+  std::filesystem::remove(path);
+  REQUIRE(model.ok());
+  auto hf = load_tokenizer_json(json, "sp.json");
+  REQUIRE(hf.ok());
+  return {std::move(model).value(), std::move(hf).value()};
+}
+
+std::vector<std::pair<std::uint32_t, std::uint32_t>> offsets(const Tokenizer& t, std::string_view text) {
+  Session s(t);
+  std::vector<TokenId> ids;
+  std::vector<Range> spans;
+  t.encode_with_offsets(text, ids, spans, s);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+  for (const Range& r : spans) out.emplace_back(r.begin, r.end);
+  return out;
+}
+
+using Spans = std::vector<std::pair<std::uint32_t, std::uint32_t>>;
+
+}  // namespace
+
+TEST_CASE("normalize_aligned: normalize's text, each byte from a character of the input", "[offsets][property]") {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 400; ++i) {
+    std::string s = random_text(rng);
+    INFO("text: " << s);
+    for (auto form : {text::NormalForm::nfc, text::NormalForm::nfkc}) {
+      std::string out;
+      std::vector<text::SourceSpan> src;
+      text::normalize_aligned(s, form, out, src);
+      REQUIRE(out == text::normalize(s, form));
+      REQUIRE(src.size() == out.size());
+      std::uint32_t prev = 0;
+      for (auto x : src) {
+        CHECK(x.begin < x.end);
+        CHECK(x.end <= s.size());
+        CHECK(x.begin >= prev);
+        prev = x.begin;
+      }
+    }
+    std::string bert, out;
+    std::vector<text::SourceSpan> src;
+    text::bert_normalize(s, {}, bert);
+    text::bert_normalize_aligned(s, {}, out, src);
+    REQUIRE(out == bert);
+    REQUIRE(src.size() == out.size());
+  }
+}
+
+TEST_CASE("normalize_aligned: decompositions, removed marks and compositions", "[offsets]") {
+  std::string out;
+  std::vector<text::SourceSpan> src;
+  using V = std::vector<std::pair<std::uint32_t, std::uint32_t>>;
+  auto spans = [&] {
+    V v;
+    for (auto x : src) v.emplace_back(x.begin, x.end);
+    return v;
+  };
+  text::normalize_aligned("x\xEF\xAC\x81", text::NormalForm::nfkc, out, src);  // x ﬁ → x f i
+  CHECK(out == "xfi");
+  CHECK(spans() == V{{0, 1}, {1, 4}, {1, 4}});
+  text::normalize_aligned("e\xCC\x81!", text::NormalForm::nfc, out, src);  // e + U+0301 → é, from the e
+  CHECK(out == "\xC3\xA9!");
+  CHECK(spans() == V{{0, 1}, {0, 1}, {3, 4}});
+  // a U+0301 U+0323 → ạ U+0301: ạ from the a; the mark from the third position (HF's
+  // alignment follows positions, not the reordered marks)
+  text::normalize_aligned("a\xCC\x81\xCC\xA3", text::NormalForm::nfc, out, src);
+  CHECK(out == "\xE1\xBA\xA1\xCC\x81");
+  CHECK(spans() == V{{0, 1}, {0, 1}, {0, 1}, {3, 5}, {3, 5}});
+  text::BertNormalization bert;
+  text::bert_normalize_aligned("Ce\xCC\x81", bert, out, src);  // lowercased, the accent dropped
+  CHECK(out == "ce");
+  CHECK(spans() == V{{0, 1}, {1, 2}});
+}
+
+TEST_CASE("encode_with_offsets: the ids of encode, spans in order (random text)", "[offsets][property]") {
+  auto full = byte_level_bpe(true);
+  auto limited = byte_level_bpe(false);
+  auto wp = wordpiece();
+  auto [sp_model, sp_json] = sentencepiece(false);
+  auto [uni_model, uni_json] = sentencepiece(true);
+  std::mt19937 rng(11);
+  for (int i = 0; i < 300; ++i) {
+    std::string s = random_text(rng);
+    check_spans(*full, s, /*tiles=*/true);  // byte-level, every byte a token: the spans tile the text
+    check_spans(*limited, s, false);
+    check_spans(*wp, s, false);
+    check_spans(*sp_model, s, false);
+    check_spans(*sp_json, s, false);
+    check_spans(*uni_model, s, false);
+    check_spans(*uni_json, s, false);
+  }
+}
+
+TEST_CASE("encode_with_offsets: spans as HF gives them", "[offsets]") {
+  auto bl = byte_level_bpe(true);
+  // Byte-level: the spans tile the bytes; an added token is its own match.
+  auto o = offsets(*bl, "the dog<|endoftext|>中");
+  REQUIRE(o.size() >= 4);
+  CHECK(o.front() == std::pair<std::uint32_t, std::uint32_t>{0, 3});
+  CHECK(std::find(o.begin(), o.end(), std::pair<std::uint32_t, std::uint32_t>{7, 20}) != o.end());
+  CHECK(o.back().second == 23);
+
+  // WordPiece: lowercased and accent-stripped words point at the original; [UNK] at its word.
+  auto wp = wordpiece();
+  Session s(*wp);
+  std::vector<TokenId> ids;
+  std::vector<Range> spans;
+  wp->encode_with_offsets("The  DOG \xE2\x98\x83", ids, spans, s);  // ☃ is not in the vocabulary
+  REQUIRE(ids.size() == 3);
+  CHECK(spans[0].begin == 0);
+  CHECK(spans[0].end == 3);
+  CHECK(spans[1].begin == 5);
+  CHECK(spans[1].end == 8);
+  CHECK(ids[2] == static_cast<const WordPieceModel&>(wp->model()).unk_id());
+  CHECK(spans[2].begin == 9);
+  CHECK(spans[2].end == 12);
+
+  // SentencePiece: the dummy prefix ▁ belongs to the first character; NFKC's "fi" points at ﬁ.
+  auto [model, json] = sentencepiece(false);
+  for (const Tokenizer* t : {model.get(), json.get()}) {
+    auto p = offsets(*t, "\xEF\xAC\x81ne dog");
+    REQUIRE(!p.empty());
+    CHECK(p.front().first == 0);
+    CHECK(p.back() == std::pair<std::uint32_t, std::uint32_t>{5, 9});  // "▁dog" ← " dog"
+  }
+}
