@@ -314,12 +314,7 @@ void SpNormalizer::normalize(std::string_view in, std::string& out, std::vector<
         else out += c;
       }
       prev_space = sp.back() == ' ';
-      if (src && sp == in.substr(0, used) && sp.find(' ') == std::string_view::npos) {
-        for (std::size_t k = at(); k < at() + used; ++k)  // unchanged: byte for byte
-          src->push_back({static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k + 1)});
-      } else {
-        note_rule(src, out, whole, at(), at() + used);
-      }
+      note_rule(src, out, whole, at(), at() + used);
     }
     in.remove_prefix(used);
     if (!remove_extra_whitespaces) prev_space = false;

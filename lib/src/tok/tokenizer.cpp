@@ -428,10 +428,17 @@ void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, s
       sp->normalizer().normalize(piece, s.piece_norm_, &s.piece_src_);
       sp->encode_normalized(s.piece_norm_, out, s.scratch_);
       token_spans(s.piece_norm_, out.data() + before, out.size() - before, s.token_spans_);
-      for (Range& x : s.token_spans_) {
-        x = through(s.piece_src_, x);
-        if (x.begin == x.end && x.begin >= piece.size()) x = {static_cast<std::uint32_t>(piece.size()), static_cast<std::uint32_t>(piece.size())};
-      }
+      // SentencePiece's own offsets: a token runs from where its first normalized byte's
+      // character starts to where the next token's does (the end of the last character
+      // for the last), so that the spans tile the text as spm's do: a dummy prefix ▁ on its
+      // own covers nothing, the byte pieces of a character all start at it and the last
+      // covers it, and removed whitespace belongs to the token before.
+      const auto& n = s.piece_src_;
+      auto n2o = [&](std::uint32_t i) -> std::uint32_t {
+        if (i < n.size()) return n[i].begin;
+        return n.empty() ? static_cast<std::uint32_t>(piece.size()) : n.back().end;
+      };
+      for (Range& x : s.token_spans_) x = {n2o(x.begin), x.end > x.begin ? n2o(x.end) : n2o(x.begin)};
     } else {
       if (bpe_) bpe_->encode(piece, out, s.scratch_.bpe);
       else model_->encode(piece, out, s.scratch_);

@@ -38,8 +38,9 @@ class SpNormalizer {
   std::string charsmap;  // the precompiled charsmap blob as loaded (empty: none)
   // Load the precompiled charsmap blob (u32 trie size, trie units, string pool).
   Status load_charsmap(std::string_view blob, const std::string& where);
-  // With `src`, also where each byte of `out` came from in `in` (the dummy prefix: the
-  // first character kept).
+  // With `src`, also where each byte of `out` came from in `in`: the character (all its
+  // bytes alike) or the characters a rule replaced, the k-th output character from the
+  // k-th input character; the dummy prefix from the first character kept.
   void normalize(std::string_view in, std::string& out, std::vector<text::SourceSpan>* src = nullptr) const;
   // The character map alone, as HF's Precompiled normalizer applies it (not spm's
   // leftmost-longest): by extended grapheme cluster, a cluster under 6 bytes that a rule
