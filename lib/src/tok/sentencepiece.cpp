@@ -1,6 +1,7 @@
 #include "lmpipe/tok/sentencepiece.h"
 
 #include <unicode/ubrk.h>
+#include <unicode/uchar.h>
 #include <unicode/utext.h>
 
 #include <algorithm>
@@ -207,6 +208,24 @@ void grapheme_ends(std::string_view s, std::vector<std::size_t>& ends) {
     for (std::size_t i = 0; i < s.size();) ends.push_back(i += std::max<std::size_t>(1, utf8_len(s.substr(i))));
   }
 }
+// Whether a character's grapheme break class is Other, Control or LF. Where every
+// character of a text is, each is a cluster of its own (rules GB4, GB5 and GB999; every
+// rule that joins characters involves another class): CJK, and Latin, Greek or Cyrillic
+// without combining marks. A table for the BMP, built once.
+bool breaks_around(std::uint32_t cp) {
+  auto simple = [](std::uint32_t c) {
+    int gcb = u_getIntPropertyValue(static_cast<UChar32>(c), UCHAR_GRAPHEME_CLUSTER_BREAK);
+    return gcb == U_GCB_OTHER || gcb == U_GCB_CONTROL || gcb == U_GCB_LF;
+  };
+  static const std::array<std::uint64_t, 1024> bmp = [&] {
+    std::array<std::uint64_t, 1024> t{};
+    for (std::uint32_t c = 0; c < 0x10000; ++c)
+      if (simple(c)) t[c >> 6] |= std::uint64_t{1} << (c & 63);
+    return t;
+  }();
+  return cp < 0x10000 ? (bmp[cp >> 6] >> (cp & 63)) & 1 : simple(cp);
+}
+
 }  // namespace
 
 void SpNormalizer::apply_charsmap(std::string_view in, std::string& out, std::vector<text::SourceSpan>* src) const {
@@ -229,9 +248,23 @@ void SpNormalizer::apply_charsmap(std::string_view in, std::string& out, std::ve
   std::size_t at = 0;
   while (at < in.size()) {
     // The run of valid UTF-8 from here (HF's text is valid; an invalid byte is kept).
-    std::size_t run = at, ascii = true;
-    for (std::size_t n; run < in.size() && (n = utf8_len(in.substr(run))) > 0; run += n)
-      ascii = ascii && n == 1;
+    // The run of valid UTF-8 from here, whether it is ASCII, and whether each of its
+    // characters is a cluster of its own.
+    std::size_t run = at;
+    bool ascii = true, single = true;
+    const auto* p = reinterpret_cast<const unsigned char*>(in.data());
+    while (run < in.size()) {
+      if (p[run] < 0x80) {
+        single = single && p[run] != '\r';  // CR LF is one cluster
+        ++run;
+        continue;
+      }
+      auto c = text::decode_utf8(p, in.size(), run);
+      if (c.cp >= text::kInvalidBase) break;
+      ascii = false;
+      single = single && breaks_around(c.cp);
+      run += c.len;
+    }
     if (run == at) {
       one_char(at++, 1);
       continue;
@@ -248,6 +281,13 @@ void SpNormalizer::apply_charsmap(std::string_view in, std::string& out, std::ve
           }
         }
         one_char(at, 1);
+      }
+      continue;
+    }
+    if (single) {  // every character a cluster: a cluster's rule is its character's
+      for (std::size_t n; at < run; at += n) {
+        n = utf8_len(in.substr(at));
+        one_char(at, n);
       }
       continue;
     }
