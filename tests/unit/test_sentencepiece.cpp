@@ -236,3 +236,31 @@ TEST_CASE("NFKC character map: every character mapped alone", "[tok][spm][charsm
   cf.apply_charsmap("Straße ΣΑΣ", out);
   CHECK(out == "strasse σασ");
 }
+
+TEST_CASE("NFKC character map: applied per grapheme cluster, as HF's Precompiled normalizer", "[tok][spm][charsmap]") {
+  SpNormalizer n;
+  REQUIRE(n.load_charsmap(build_charsmap(false), "nfkc").ok());
+  std::string out;
+  std::vector<text::SourceSpan> src;
+  // A cluster under 6 bytes that a rule starts is replaced whole: what follows is dropped.
+  n.apply_charsmap("\xEF\xAC\x81\xCC\x81x", out, &src);  // ﬁ + U+0301, x
+  CHECK(out == "fix");
+  REQUIRE(src.size() == 3);
+  CHECK((src[0].begin == 0 && src[0].end == 3));  // f from ﬁ
+  CHECK((src[1].begin == 3 && src[1].end == 5));  // i from the mark (HF's positional alignment)
+  CHECK((src[2].begin == 5 && src[2].end == 6));
+  n.apply_charsmap("a\xCC\x81\xCC\xA3", out);  // a + U+0301 + U+0323: the rule a + U+0301 → á
+  CHECK(out == "\xC3\xA1");
+  // A cluster that no rule starts, or of 6 bytes and more: character by character.
+  n.apply_charsmap("x\xCC\x81", out);
+  CHECK(out == "x\xCC\x81");
+  n.apply_charsmap("a\xCC\x81\xCC\xA3\xCC\x82", out);
+  CHECK(out == "a\xCC\x81\xCC\xA3\xCC\x82");
+  // Every character its own cluster (CJK, ASCII, Latin-1): the same as mapping each.
+  n.apply_charsmap("\xEF\xBC\xA6\xC3\xA9\xE4\xB8\xAD\r\n", out, &src);
+  CHECK(out == "F\xC3\xA9\xE4\xB8\xAD\r\n");
+  CHECK(src.size() == out.size());
+  // Invalid bytes are kept, and cut the text into runs.
+  n.apply_charsmap("\xFF" "e\xCC\x81\xFE", out);
+  CHECK(out == "\xFF\xC3\xA9\xFE");
+}
