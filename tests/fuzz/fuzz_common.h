@@ -44,13 +44,28 @@ inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
   return {reinterpret_cast<const char*>(data), size};
 }
 
-// Encode a fixed sample and the input's own first bytes, decode the ids back, and decode
-// ids the tokenizer never made (including ones past its vocabulary): none may crash.
+// Encode a fixed sample and the input's own first bytes (with offsets too: the same ids,
+// spans in order inside the text), decode the ids back, and decode ids the tokenizer
+// never made (including ones past its vocabulary): none may crash.
 inline void exercise(const tok::Tokenizer& t, std::string_view input) {
   tok::Session s(t);
   std::vector<TokenId> ids;
   t.encode("Hello, world! 你好 ▁x  \t\n\xff\xfe <s> [CLS] 12345", ids, s);
   t.encode(input.substr(0, 256), ids, s);
+  // Offsets: the same ids, each span inside the text and in order.
+  for (std::string_view text : {std::string_view("Hello, w\xC3\xB6rld! \xEF\xAC\x81 e\xCC\x81 \xE4\xBD\xA0 <s>"),
+                                input.substr(0, 256)}) {
+    std::vector<TokenId> plain, with;
+    std::vector<tok::Range> spans;
+    t.encode(text, plain, s);
+    t.encode_with_offsets(text, with, spans, s);
+    if (with != plain || spans.size() != with.size()) std::abort();
+    std::uint32_t prev = 0;
+    for (const tok::Range& r : spans) {
+      if (r.begin > r.end || r.end > text.size() || r.begin < prev) std::abort();
+      prev = r.begin;
+    }
+  }
   std::string out;
   (void)t.decode(ids.data(), ids.size(), out);
   const TokenId probes[] = {0, 1, 2, 255, 256, static_cast<TokenId>(t.vocab_size()) - 1,

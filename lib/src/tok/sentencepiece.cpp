@@ -744,8 +744,12 @@ void SentencePieceModel::emit(const std::vector<std::pair<std::string_view, Toke
   bool prev_unk = false;
   for (auto [piece, id] : pieces) {
     bool unk = id == unk_id_;
-    if (unk && byte_fallback_) {
+    // Byte fallback when every byte has its <0xXX> piece (always, in a .model; an HF
+    // vocabulary may lack some, and HF then keeps the unknown piece).
+    if (unk && byte_fallback_ &&
+        std::all_of(piece.begin(), piece.end(), [&](char c) { return byte_ids_[static_cast<unsigned char>(c)] >= 0; })) {
       for (char c : piece) out.push_back(byte_ids_[static_cast<unsigned char>(c)]);
+      prev_unk = false;
       continue;
     }
     // A run of unknown pieces is one <unk>, as spm_encode emits it.

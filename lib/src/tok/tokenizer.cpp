@@ -305,6 +305,7 @@ void Tokenizer::token_spans(std::string_view piece, const TokenId* ids, std::siz
   };
   auto surface = [&](std::size_t k) -> Surface {
     TokenId id = ids[k];
+    if (id < 0 || static_cast<std::size_t>(id) >= model_->vocab_size()) return {{}, -1, true};
     std::string_view t = model_->token_text(id);
     switch (model_->type()) {
       case ModelType::bpe:
