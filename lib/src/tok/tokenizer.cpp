@@ -44,6 +44,9 @@ Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vect
       prefix_space_(spec.prefix_space),
       metaspace_(spec.metaspace),
       metaspace_if_missing_(spec.metaspace_if_missing),
+      metaspace_first_(spec.metaspace_first),
+      metaspace_never_(spec.metaspace_never),
+      metaspace_strip_(spec.metaspace_strip),
       charsmap_(std::move(spec.charsmap)),
       decoder_(spec.decoder),
       template_prefix_(std::move(spec.template_prefix)),
@@ -146,14 +149,21 @@ void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Session
   if (s.pieces) s.words_.clear();
   split_added(
       text, parse_special,
-      [&](std::size_t b, std::size_t e) { encode_segment(text.substr(b, e - b), out, s); },
+      [&](std::size_t b, std::size_t e) { encode_segment(text.substr(b, e - b), out, s, b == 0); },
       [&](const AddedToken& m, std::size_t at) {
         out.push_back(m.id);
         if (s.pieces) s.pieces->push_back({text.substr(at, m.content.size()), 1});
       });
 }
 
-void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s) const {
+bool Tokenizer::metaspace_prepends(std::string_view in, bool at_start) const {
+  if (metaspace_never_ || (metaspace_first_ && !at_start)) return false;
+  // (HF's Metaspace prepends only when the text does not start with ▁ after replacing.)
+  bool starts = !in.empty() && (in[0] == ' ' || in.substr(0, kMetaspace.size()) == kMetaspace);
+  return !(metaspace_if_missing_ && starts);
+}
+
+void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s, bool at_start) const {
   if (seg.empty()) return;
   std::string_view t = seg;
   if (bert_) {
@@ -165,9 +175,7 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
       charsmap_->apply_charsmap(seg, s.mapped_);
       src = s.mapped_;
     }
-    // (HF's Metaspace prepends only when the text does not start with ▁ after replacing.)
-    bool starts = !src.empty() && (src[0] == ' ' || src.substr(0, kMetaspace.size()) == kMetaspace);
-    s.norm_.assign(metaspace_if_missing_ && starts ? "" : kMetaspace);
+    s.norm_.assign(metaspace_prepends(src, at_start) ? kMetaspace : "");
     for (char c : src) {
       if (c == ' ') s.norm_ += kMetaspace;
       else s.norm_ += c;
@@ -391,8 +399,7 @@ void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, s
     } else {
       identity_sources(seg.size(), in_src);
     }
-    bool starts = !in.empty() && (in[0] == ' ' || in.substr(0, kMetaspace.size()) == kMetaspace);
-    s.norm_.assign(metaspace_if_missing_ && starts ? "" : kMetaspace);
+    s.norm_.assign(metaspace_prepends(in, base == 0) ? kMetaspace : "");
     src.assign(s.norm_.size(), in.empty() ? SourceSpan{0, 0} : first_char(in_src, in));
     for (std::size_t k = 0; k < in.size(); ++k) {
       if (in[k] == ' ') s.norm_ += kMetaspace;
@@ -523,7 +530,7 @@ Status Tokenizer::decode_metaspace(const TokenId* ids, std::size_t n, std::strin
     }
   }
   flush();
-  if (out.size() > start && out[start] == ' ') out.erase(start, 1);
+  if (metaspace_strip_ && out.size() > start && out[start] == ' ') out.erase(start, 1);
   return {};
 }
 

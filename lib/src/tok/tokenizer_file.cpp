@@ -577,6 +577,54 @@ bool b64_decode(std::string_view in, std::string& out);
 Result<std::unique_ptr<Tokenizer>> load_unigram_json(json::Value root, const std::string& name);
 
 
+// HF's Metaspace pre-tokenizer (alone, or the one step of a Sequence): spaces become ▁,
+// a ▁ is prepended by prepend_scheme (always: unless the segment starts with one; first:
+// the same, and only at the start of the text; never; the older add_prefix_space), and
+// with `split` every ▁ starts a word. Sets the metaspace fields of `spec`.
+Status parse_metaspace_pre(json::Value pre, TokenizerSpec& spec, bool& split) {
+  if (pre.get("type").str() == "Sequence" && pre.get("pretokenizers").size() == 1) pre = pre.get("pretokenizers")[0];
+  if (pre.get("replacement").is_string() && pre.get("replacement").str() != kMetaspace)
+    return make_error(Errc::unsupported, "{}: a Metaspace replacement other than ▁", pre.where());
+  std::string_view scheme = pre.get("prepend_scheme").is_string() ? pre.get("prepend_scheme").str() : "always";
+  if (pre.get("add_prefix_space").is_bool() && !pre.get("add_prefix_space").boolean()) scheme = "never";
+  if (scheme != "always" && scheme != "first" && scheme != "never")
+    return make_error(Errc::unsupported, "{}: Metaspace prepend_scheme '{}' is not one of always, first, never",
+                      pre.where(), scheme);
+  spec.metaspace = true;
+  spec.metaspace_if_missing = true;
+  spec.metaspace_first = scheme == "first";
+  spec.metaspace_never = scheme == "never";
+  split = !pre.get("split").is_bool() || pre.get("split").boolean();
+  return {};
+}
+
+bool is_metaspace_pre(json::Value pre) {
+  if (pre.get("type").str() == "Sequence" && pre.get("pretokenizers").size() == 1) pre = pre.get("pretokenizers")[0];
+  return pre.get("type").str() == "Metaspace";
+}
+
+// Whether the decoder strips the leading space the metaspace normalization put there:
+// a Strip step (HF's SentencePiece-style chain), or a Metaspace decoder that prepends.
+// Without a decoder, as before: yes.
+bool metaspace_decoder_strips(json::Value dec) {
+  if (!dec.is_object()) return true;
+  std::vector<json::Value> steps;
+  if (dec.get("type").str() == "Sequence")
+    for (std::size_t i = 0; i < dec.get("decoders").size(); ++i) steps.push_back(dec.get("decoders")[i]);
+  else
+    steps.push_back(dec);
+  for (json::Value d : steps) {
+    std::string_view t = d.get("type").str();
+    if (t == "Strip" && d.get("start").is_number() && d.get("start").num() >= 1) return true;
+    if (t == "Metaspace") {
+      std::string_view scheme = d.get("prepend_scheme").is_string() ? d.get("prepend_scheme").str() : "always";
+      if (d.get("add_prefix_space").is_bool() && !d.get("add_prefix_space").boolean()) scheme = "never";
+      return scheme != "never";
+    }
+  }
+  return false;
+}
+
 // HF's SentencePiece-style BPE (Mistral, converted Llama 2): byte fallback, or the
 // Prepend "▁" + Replace " " → "▁" normalizer.
 bool is_metaspace_bpe(json::Value root) {
@@ -586,7 +634,7 @@ bool is_metaspace_bpe(json::Value root) {
   json::Value list = norm.get("normalizers");
   for (std::size_t i = 0; i < list.size(); ++i)
     if (list[i].get("type").str() == "Prepend" && list[i].get("prepend").str() == kMetaspace) return true;
-  return false;
+  return is_metaspace_pre(root.get("pre_tokenizer"));
 }
 
 Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(const json::Document& doc, const std::string& name) {
@@ -596,7 +644,11 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(const json::Document&
   json::Value norm = root.get("normalizer");
   bool prepend = false, replace = false;
   std::shared_ptr<SpNormalizer> charsmap;
-  json::Value list = norm.get("type").str() == "Sequence" ? norm.get("normalizers") : json::Value();
+  std::vector<json::Value> list;
+  if (norm.get("type").str() == "Sequence")
+    for (std::size_t i = 0; i < norm.get("normalizers").size(); ++i) list.push_back(norm.get("normalizers")[i]);
+  else if (norm.is_object())
+    list.push_back(norm);
   for (std::size_t i = 0; i < list.size(); ++i) {
     json::Value n = list[i];
     std::string_view t = n.get("type").str();
@@ -605,21 +657,30 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(const json::Document&
       if (!b64_decode(n.get("precompiled_charsmap").str(), blob))
         return make_error(Errc::parse, "{}: precompiled_charsmap is not base64", n.where());
       charsmap = std::make_shared<SpNormalizer>();
-      LMP_TRY(charsmap->load_charsmap(blob, n.where()));
-      // HF applies the map per grapheme cluster and then per character; lmpipe's maps
-      // (and the ones SentencePiece builds for one character) give the same result.
+      LMP_TRY(charsmap->load_charsmap(blob, n.where()));  // applied per grapheme cluster, as HF does
     } else if (t == "Prepend" && n.get("prepend").str() == kMetaspace) prepend = true;
     else if (t == "Replace" && n.get("pattern").get("String").str() == " " && n.get("content").str() == kMetaspace) replace = true;
     else return make_error(Errc::unsupported, "{}: normalizer '{}' is not supported in a SentencePiece-style BPE", n.where(), t);
   }
-  if (!prepend || !replace)
+  // Either the normalizers Prepend + Replace and no pre-tokenizer (older conversions), or
+  // the Metaspace pre-tokenizer and neither (newer ones: prepend_scheme "first").
+  json::Value pre = root.get("pre_tokenizer");
+  TokenizerSpec spec;
+  bool split = false;
+  if (prepend && replace) {
+    if (!pre.is_null())
+      return make_error(Errc::unsupported, "{}: a pre-tokenizer after the Prepend/Replace ▁ normalizers is not supported",
+                        pre.where());
+    spec.metaspace = true;
+  } else if (!prepend && !replace && is_metaspace_pre(pre)) {
+    LMP_TRY(parse_metaspace_pre(pre, spec, split));
+  } else {
     return make_error(Errc::unsupported,
-                      "{}: a SentencePiece-style BPE needs the normalizers Prepend \"▁\" and Replace \" \" → \"▁\" "
-                      "(a Metaspace pre-tokenizer is not supported yet)",
+                      "{}: a SentencePiece-style BPE needs the normalizers Prepend \"▁\" and Replace \" \" → \"▁\", "
+                      "or a Metaspace pre-tokenizer",
                       norm.valid() ? norm.where() : name);
-  if (!root.get("pre_tokenizer").is_null())
-    return make_error(Errc::unsupported, "{}: a pre-tokenizer in a SentencePiece-style BPE is not supported",
-                      root.get("pre_tokenizer").where());
+  }
+  spec.metaspace_strip = metaspace_decoder_strips(root.get("decoder"));
   json::Value vocab = model.get("vocab");
   if (!vocab.is_object()) return make_error(Errc::parse, "{}: model.vocab must be an object", model.where());
   Vocab v;
@@ -644,8 +705,6 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(const json::Document&
   auto bpe = std::make_unique<BpeModel>(std::move(built).value());
   auto flag = [&](const char* k) { return model.get(k).is_bool() && model.get(k).boolean(); };
   bpe->set_char_level(unk, flag("byte_fallback"), flag("fuse_unk"));
-  TokenizerSpec spec;
-  spec.metaspace = true;
   spec.charsmap = std::move(charsmap);
   // HF has no pre-tokenizer here: a line is one word. When no token holds ▁ after
   // another character, no merge crosses the start of a word, and encoding word by word
@@ -659,12 +718,14 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(const json::Document&
         break;
       }
   }
-  if (words_independent) {
+  if (split) {  // Metaspace with split: every ▁ starts a word
+    LMP_ASSIGN(spec.pre, make_pre_tokenizer("metaspace"));
+  } else if (words_independent) {
     LMP_ASSIGN(spec.pre, make_pre_tokenizer("metaspace-words"));
   }
   spec.decoder = Decoder::metaspace;
   LMP_TRY(parse_template(root.get("post_processor"), spec));
-  TokenizerInfo info{name, "tokenizer.json", "none"};
+  TokenizerInfo info{name, "tokenizer.json", split ? "metaspace" : "none"};
   return std::make_unique<Tokenizer>(std::move(bpe), std::move(spec), std::move(added), std::move(info));
 }
 
@@ -971,20 +1032,13 @@ Result<std::unique_ptr<Tokenizer>> load_unigram_json(json::Value root, const std
   }
   if (prepend || replace)
     return make_error(Errc::unsupported, "{}: Prepend/Replace ▁ normalizers need both, and no pre-tokenizer", norm.where());
-  // Pre-tokenizer: Metaspace (▁, prepended unless already there; split into words or not).
-  if (pre.get("type").str() == "Sequence" && pre.get("pretokenizers").size() == 1) pre = pre.get("pretokenizers")[0];
-  if (pre.get("type").str() != "Metaspace")
+  // Pre-tokenizer: Metaspace (▁ prepended by its scheme; split into words or not).
+  if (!is_metaspace_pre(pre))
     return make_error(Errc::unsupported, "{}: a Unigram tokenizer.json needs the Metaspace pre-tokenizer",
                       pre.valid() ? pre.where() : name);
-  if (pre.get("replacement").is_string() && pre.get("replacement").str() != kMetaspace)
-    return make_error(Errc::unsupported, "{}: a Metaspace replacement other than ▁", pre.where());
-  std::string_view scheme = pre.get("prepend_scheme").is_string() ? pre.get("prepend_scheme").str() : "always";
-  if (pre.get("add_prefix_space").is_bool() && !pre.get("add_prefix_space").boolean()) scheme = "never";
-  if (scheme != "always")
-    return make_error(Errc::unsupported, "{}: Metaspace prepend_scheme '{}' is not supported (always is)", pre.where(), scheme);
-  spec.metaspace = true;
-  spec.metaspace_if_missing = true;
-  bool split = !pre.get("split").is_bool() || pre.get("split").boolean();
+  bool split = false;
+  LMP_TRY(parse_metaspace_pre(pre, spec, split));
+  spec.metaspace_strip = metaspace_decoder_strips(root.get("decoder"));
   if (split) {
     LMP_ASSIGN(spec.pre, make_pre_tokenizer("metaspace"));
   }

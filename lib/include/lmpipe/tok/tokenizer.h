@@ -53,8 +53,15 @@ struct TokenizerSpec {
   // non-empty segment gets a leading ▁ and its spaces become ▁.
   bool metaspace = false;
   // With metaspace: HF's Metaspace pre-tokenizer prepends ▁ only when the segment does
-  // not start with one already (the Prepend normalizer always does).
+  // not start with one already (the Prepend normalizer always does); with prepend_scheme
+  // "first" only to the segment at the start of the text (not after an added token), with
+  // "never" not at all.
   bool metaspace_if_missing = false;
+  bool metaspace_first = false;
+  bool metaspace_never = false;
+  // With the metaspace decoder: strip the one leading space of the text (HF's Strip
+  // decoder, or a Metaspace decoder that prepends).
+  bool metaspace_strip = true;
   // HF's Precompiled normalizer (a SentencePiece character map), applied first.
   std::shared_ptr<const SpNormalizer> charsmap;
   Decoder decoder = Decoder::byte_level;
@@ -166,7 +173,11 @@ class Tokenizer {
   const SpNormalizer* charsmap() const { return charsmap_.get(); }
 
  private:
-  void encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s) const;
+  // `at_start`: the segment begins the text (for Metaspace's prepend_scheme "first").
+  void encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s, bool at_start) const;
+  // Whether the metaspace normalization puts ▁ before a segment whose text (after any
+  // character map) is `in`.
+  bool metaspace_prepends(std::string_view in, bool at_start) const;
   // The added-token split of encode(): `segment(begin, end)` for the text between added
   // tokens (whitespace they strip left out), `added(token, at)` for each match.
   template <class OnSegment, class OnAdded>
@@ -188,6 +199,9 @@ class Tokenizer {
   bool prefix_space_ = false;
   bool metaspace_ = false;
   bool metaspace_if_missing_ = false;
+  bool metaspace_first_ = false;
+  bool metaspace_never_ = false;
+  bool metaspace_strip_ = true;
   std::shared_ptr<const SpNormalizer> charsmap_;
   Decoder decoder_ = Decoder::byte_level;
   std::vector<TokenId> template_prefix_, template_suffix_;
