@@ -295,6 +295,47 @@ TEST_CASE("SentencePiece-style tokenizer.json: byte fallback and fused unknowns"
   CHECK(ids(*unfused, "axyzb") == std::vector<TokenId>{5, 0, 0, 0, 4});
 }
 
+TEST_CASE("SentencePiece-style tokenizer.json: the Metaspace pre-tokenizer's prepend schemes", "[tok][metaspace]") {
+  auto load = [](const char* scheme, bool split, const char* decoder) {
+    std::string j = std::string(R"({"added_tokens":[{"id":0,"content":"<unk>","special":true},{"id":1,"content":"<s>","special":true}],)") +
+                    R"("normalizer":null,"pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":")" +
+                    scheme + R"(","split":)" + (split ? "true" : "false") + "},\"decoder\":" + decoder +
+                    R"(,"model":{"type":"BPE","unk_token":"<unk>","fuse_unk":true,"byte_fallback":true,)" +
+                    R"("vocab":{"<unk>":0,"<s>":1,"▁":2,"a":3,"b":4,"▁a":5,"ab":6,"<0xC3>":7,"<0xA9>":8},)" +
+                    R"("merges":["a b","▁ a"]}})";
+    auto t = load_tokenizer_json(j, "ms.json");
+    INFO((t.ok() ? std::string() : t.error().message));
+    REQUIRE(t.ok());
+    return std::move(t).value();
+  };
+  const char* strip = R"({"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"▁"},"content":" "},)"
+                      R"({"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]})";
+  using V = std::vector<TokenId>;
+  auto always = load("always", false, strip);
+  CHECK(encode(*always, "a") == V{5});
+  CHECK(encode(*always, "<s>a") == V{1, 5});    // after a special token too
+  CHECK(encode(*always, " a") == V{5});         // the text starts with ▁ already: none added
+  auto first = load("first", false, strip);
+  CHECK(encode(*first, "a") == V{5});
+  CHECK(encode(*first, "<s>a") == V{1, 3});     // not at the start of the text: no ▁
+  CHECK(encode(*first, "a<s>a") == V{5, 1, 3});
+  const char* no_strip = R"({"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"▁"},"content":" "},)"
+                         R"({"type":"ByteFallback"},{"type":"Fuse"}]})";
+  auto never = load("never", false, no_strip);
+  CHECK(encode(*never, "a") == V{3});
+  CHECK(encode(*never, "b a") == V{4, 5});
+  auto split = load("always", true, strip);
+  CHECK(encode(*split, "ab ab") == V{2, 6, 2, 6});  // words split at ▁: "▁ab" is no token
+  // Decoding: Strip drops the leading space; without it the space stays.
+  std::string back;
+  V v = {5, 2, 6};
+  REQUIRE(always->decode(v.data(), v.size(), back).ok());
+  CHECK(back == "a ab");
+  back.clear();
+  REQUIRE(never->decode(v.data(), v.size(), back).ok());
+  CHECK(back == " a ab");
+}
+
 // model.merges is read raw, in shares of whole 1024-merge marks per thread: a vocabulary
 // of 4,400 merges, written compact, pretty and as pairs, with escaped tokens ('"', '\')
 // and tokens too long for the one-pass path, loads as one tokenizer on 1-4 threads; a
