@@ -4,7 +4,8 @@
 # tok-train writes (each pre-tokenizer, special tokens, a Precompiled NFKC map, byte
 # fallback, unigram) and, with the reference data, on GPT-2, Llama-3, BERT uncased and
 # Chinese and Mistral's SentencePiece-style tokenizer.json over 4 MB of English, Chinese,
-# code and mixed text.
+# code and mixed text; and HF's trim_offsets (ByteLevel and RobertaProcessing
+# post-processors) on GPT-2's vocabulary.
 # Needs node and @anush008/tokenizers (scripts/test installs them into
 # $LMPIPE_NODE_PATH, default ~/.cache/lmpipe-npm/node_modules); skips without them.
 . "$(dirname "$0")/common.inc"
@@ -61,7 +62,39 @@ compare "unigram tokenizer.json" "$work/uni.json" "$text"
 "$bin/tok-train" -q -m wordpiece --vocab-size 800 -o "$work/wp.json" "$text" || fail=1
 compare "wordpiece tokenizer.json" "$work/wp.json" "$text"
 
+# trim_offsets: HF's ByteLevel and RobertaProcessing post-processors leave the spaces at a
+# token's ends out of its offsets (add_prefix_space keeps a first token's single one).
+trim_variants() {  # trim_variants IN.json PREFIX
+  node -e '
+    const fs = require("fs");
+    const [src, prefix] = process.argv.slice(1);
+    const t = JSON.parse(fs.readFileSync(src, "utf8"));
+    const write = (name, pp, prefixSpace) => {
+      const u = Object.assign({}, t, { post_processor: pp });
+      if (prefixSpace) u.pre_tokenizer = Object.assign({}, t.pre_tokenizer, { add_prefix_space: true });
+      fs.writeFileSync(`${prefix}_${name}.json`, JSON.stringify(u));
+    };
+    write("trim", { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true });
+    write("trim_noprefix", { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true });
+    write("roberta", { type: "RobertaProcessing", sep: ["</s>", 2], cls: ["<s>", 0], trim_offsets: true,
+                       add_prefix_space: true });
+    write("trim_prefixed", { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true }, true);
+  ' "$1" "$2" || fail=1
+}
+printf '  two leading spaces\ntrailing   \n \n' >>"$work/spaces.txt"
+cat "$text" >>"$work/spaces.txt"
+trim_variants "$work/gpt2.json" "$work/gpt2"
+for v in trim trim_noprefix roberta trim_prefixed; do
+  compare "trained gpt2 split, post-processor $v" "$work/gpt2_$v.json" "$work/spaces.txt"
+done
+
 if have_data; then
+  trim_variants "$data/tokenizers/gpt2/tokenizer.json" "$work/hfgpt2"
+  head -n 3000 "$data/slices/en_1M.txt" >"$work/en.txt"
+  head -n 3000 "$data/slices/code_1M.txt" >>"$work/en.txt"
+  for v in trim trim_noprefix roberta trim_prefixed; do
+    compare "GPT-2, post-processor $v, English and code" "$work/hfgpt2_$v.json" "$work/en.txt"
+  done
   for tok in gpt2 llama3 bert-base-uncased bert-base-chinese mistral-sp; do
     for lang in en zh code mixed; do
       compare "$tok $lang" "$data/tokenizers/$tok/tokenizer.json" "$data/slices/${lang}_1M.txt"

@@ -112,6 +112,37 @@ TEST_CASE("a written tokenizer.json loads back and encodes the same", "[tok]") {
   CHECK(to_tokenizer_json(*back.value()) == j);
 }
 
+TEST_CASE("byte-level tokenizer.json: the post-processor's template and trim_offsets", "[tok][offsets]") {
+  auto t = small_tokenizer("cl100k", true);  // <|endoftext|> is id 0... its added token
+  std::string j = to_tokenizer_json(*t);
+  const std::string null_pp = "\"post_processor\":null";
+  REQUIRE(j.find(null_pp) != std::string::npos);
+  TokenId eot = t->id_of("<|endoftext|>");
+  REQUIRE(eot >= 0);
+  // Llama 3's form: a Sequence of ByteLevel (trim_offsets) and a TemplateProcessing.
+  std::string pp = R"("post_processor":{"type":"Sequence","processors":[{"type":"ByteLevel","add_prefix_space":true,)"
+                   R"("trim_offsets":true,"use_regex":true},{"type":"TemplateProcessing","single":[{"SpecialToken":)"
+                   R"({"id":"<|endoftext|>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"special_tokens":)"
+                   R"({"<|endoftext|>":{"id":"<|endoftext|>","ids":[)" + std::to_string(eot) + "],\"tokens\":[\"<|endoftext|>\"]}}}]}";
+  std::string j2 = j;
+  j2.replace(j2.find(null_pp), null_pp.size(), pp);
+  auto back = load_tokenizer_json(j2, "t.json");
+  INFO((back.ok() ? std::string() : back.error().message));
+  REQUIRE(back.ok());
+  CHECK(back.value()->template_prefix() == std::vector<TokenId>{eot});
+  CHECK(back.value()->template_suffix().empty());
+  // trim_offsets: " dog" covers "dog"; without it, " dog".
+  Session s(*back.value()), s0(*t);
+  std::vector<TokenId> ids, ids0;
+  std::vector<Range> spans, spans0;
+  back.value()->encode_with_offsets("the dog", ids, spans, s);
+  t->encode_with_offsets("the dog", ids0, spans0, s0);
+  REQUIRE(ids == ids0);
+  REQUIRE(spans.size() == 2);
+  CHECK((spans0[1].begin == 3 && spans0[1].end == 7));
+  CHECK((spans[1].begin == 4 && spans[1].end == 7));
+}
+
 TEST_CASE("a tokenizer.json loaded on 1-4 threads is the same tokenizer", "[tok][threads]") {
   // A vocabulary large enough that every thread has merges and slots of its own.
   std::mt19937 rng(4);

@@ -51,6 +51,8 @@ Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vect
       decoder_(spec.decoder),
       template_prefix_(std::move(spec.template_prefix)),
       template_suffix_(std::move(spec.template_suffix)),
+      trim_offsets_(spec.trim_offsets),
+      trim_prefix_space_(spec.trim_prefix_space),
       added_(std::move(added)),
       info_(std::move(info)) {
   if (model_->type() == ModelType::bpe) bpe_ = static_cast<const BpeModel*>(model_.get());
@@ -461,6 +463,7 @@ void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, s
 
 void Tokenizer::encode_with_offsets(std::string_view text, std::vector<TokenId>& out, std::vector<Range>& spans,
                                     Session& s, bool parse_special) const {
+  const std::size_t first = spans.size();
   split_added(
       text, parse_special,
       [&](std::size_t b, std::size_t e) {
@@ -470,6 +473,36 @@ void Tokenizer::encode_with_offsets(std::string_view text, std::vector<TokenId>&
         out.push_back(m.id);
         spans.push_back({static_cast<std::uint32_t>(at), static_cast<std::uint32_t>(at + m.content.size())});
       });
+  if (!trim_offsets_) return;
+  // HF's trim_offsets: as many characters of the text as the token's string starts or
+  // ends with spaces (Ġ, or any white space) leave its span, each end counted alone.
+  auto is_space = [](std::uint32_t cp) {
+    return cp == 0x120 || (cp < text::kInvalidBase && (text::char_class(cp) & text::kSpace) != 0);
+  };
+  const auto* tp = reinterpret_cast<const unsigned char*>(text.data());
+  std::vector<std::uint32_t> cps;
+  for (std::size_t k = first; k < spans.size(); ++k) {
+    std::string t = token_string(out[k]);
+    const auto* p = reinterpret_cast<const unsigned char*>(t.data());
+    cps.clear();
+    for (std::size_t i = 0; i < t.size();) {
+      auto c = text::decode_utf8(p, t.size(), i);
+      cps.push_back(c.cp);
+      i += c.len;
+    }
+    std::size_t lead = 0, trail = 0;
+    while (lead < cps.size() && is_space(cps[lead])) ++lead;
+    while (trail < cps.size() && is_space(cps[cps.size() - 1 - trail])) ++trail;
+    Range& r = spans[k];
+    bool is_first = k == first || r.begin == 0;
+    if (is_first && trim_prefix_space_ && lead == 1) lead = 0;  // the space add_prefix_space put there
+    for (; lead > 0 && r.begin < r.end; --lead) r.begin += text::decode_utf8(tp, text.size(), r.begin).len;
+    r.begin = std::min(r.begin, r.end);
+    for (; trail > 0 && r.end > r.begin; --trail) {  // back one character
+      --r.end;
+      while (r.end > r.begin && (tp[r.end] & 0xC0) == 0x80) --r.end;
+    }
+  }
 }
 
 namespace {

@@ -755,6 +755,8 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
                       name);
   LMP_ASSIGN(Normalization norm, parse_normalizer(root.get("normalizer")));
   LMP_ASSIGN(auto added, parse_added(root.get("added_tokens")));
+  TokenizerSpec tspec;  // the post-processor: template (--add-special) and trim_offsets
+  LMP_TRY(parse_template(root.get("post_processor"), tspec));
 
   json::Value vocab = model.get("vocab");
   if (!vocab.is_object()) return make_error(Errc::parse, "{}: model.vocab must be an object", model.where());
@@ -794,8 +796,11 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
                               [&](std::size_t i) { return merge_where(*doc, *merges.raw(), i); });
   }
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
-  return std::make_unique<Tokenizer>(std::move(built).value(), std::move(spec.pre), norm,
-                                     spec.prefix_space, std::move(added), std::move(info));
+  tspec.pre = std::move(spec.pre);
+  tspec.norm = norm;
+  tspec.prefix_space = spec.prefix_space;
+  return std::make_unique<Tokenizer>(std::make_unique<BpeModel>(std::move(built).value()), std::move(tspec),
+                                     std::move(added), std::move(info));
 }
 }  // namespace
 
@@ -834,6 +839,16 @@ Result<text::BertNormalization> parse_bert_normalizer(json::Value v) {
 Status parse_template(json::Value pp, TokenizerSpec& spec) {
   if (!pp.is_object()) return {};
   std::string_view type = pp.get("type").str();
+  if (type == "Sequence") {  // (Llama 3: ByteLevel, then TemplateProcessing)
+    json::Value list = pp.get("processors");
+    for (std::size_t i = 0; i < list.size(); ++i) LMP_TRY(parse_template(list[i], spec));
+    return {};
+  }
+  auto flag = [&](const char* k, bool dflt) { return pp.get(k).is_bool() ? pp.get(k).boolean() : dflt; };
+  if (type == "ByteLevel" || type == "RobertaProcessing") {
+    spec.trim_offsets = flag("trim_offsets", true);
+    spec.trim_prefix_space = flag("add_prefix_space", true);
+  }
   if (type == "BertProcessing" || type == "RobertaProcessing") {
     auto id_of = [&](const char* k) -> Result<TokenId> {
       json::Value a = pp.get(k);

@@ -67,6 +67,11 @@ struct TokenizerSpec {
   Decoder decoder = Decoder::byte_level;
   // Added around every sequence by --add-special (HF's TemplateProcessing "single").
   std::vector<TokenId> template_prefix, template_suffix;
+  // HF's ByteLevel / RobertaProcessing post-processor with trim_offsets: a token's
+  // offsets leave out the spaces it starts or ends with (but the first token's single
+  // leading space when add_prefix_space put it there).
+  bool trim_offsets = false;
+  bool trim_prefix_space = true;
 };
 
 // How the tokenizer was specified, for reports and for writing it back.
@@ -205,6 +210,7 @@ class Tokenizer {
   std::shared_ptr<const SpNormalizer> charsmap_;
   Decoder decoder_ = Decoder::byte_level;
   std::vector<TokenId> template_prefix_, template_suffix_;
+  bool trim_offsets_ = false, trim_prefix_space_ = true;
   std::vector<AddedToken> added_;        // sorted by content length, longest first
   std::vector<const AddedToken*> by_id_;  // (vocab_size) id → added token, or null
   std::size_t vocab_size_ = 0;
