@@ -113,7 +113,7 @@ TEST_CASE("a written tokenizer.json loads back and encodes the same", "[tok]") {
 }
 
 TEST_CASE("byte-level tokenizer.json: the post-processor's template and trim_offsets", "[tok][offsets]") {
-  auto t = small_tokenizer("cl100k", true);  // <|endoftext|> is id 0... its added token
+  auto t = small_tokenizer("cl100k", true);  // with the added token <|endoftext|>
   std::string j = to_tokenizer_json(*t);
   const std::string null_pp = "\"post_processor\":null";
   REQUIRE(j.find(null_pp) != std::string::npos);
