@@ -6,27 +6,11 @@
 # Needs node and @anush008/tokenizers (scripts/test installs them into
 # $LMPIPE_NODE_PATH, default ~/.cache/lmpipe-npm/node_modules); skips without them.
 . "$(dirname "$0")/common.inc"
-node_path=${LMPIPE_NODE_PATH:-${XDG_CACHE_HOME:-$HOME/.cache}/lmpipe-npm/node_modules}
-if ! command -v node >/dev/null || [ ! -f "$node_path/@anush008/tokenizers/package.json" ]; then
-  echo "SKIP: node or @anush008/tokenizers not found in '$node_path' (scripts/test installs them)"
-  exit 77
-fi
-export NODE_PATH=$node_path
+require_node_peers
 js=$src/tests/conformance/hf_encode_ids.js
 
-# Text that exercises the pre-tokenizers and the special tokens.
 text=$work/text.txt
-cat "$src/tests/data/tiny.txt" >"$text"
-cat >>"$text" <<'TEXT'
-<|bos|>Special tokens<|eos|> inside a line, and <|bos|> again<|eos|>
-Digits 1234567 and 3.14159, contractions: don't, I'LL, we've.
-  leading spaces, trailing spaces   
-tabs	and	mixed 	 whitespace
-中文分词：大型语言模型的推理过程可以分解为若干阶段。
-日本語のテキストと한국어 텍스트, émigré naïve café, Ελληνικά, русский.
-emoji 🙂🚀 and symbols ∑∫√ → ←
-
-TEXT
+stress_text "$text"
 
 compare() {  # compare NAME TOKENIZER TEXT [lossy]
   "$bin/tok-encode" -t "$2" "$3" >"$work/ours" || { fail=1; return; }

@@ -8,12 +8,7 @@
 # lines of English and of Chinese.
 # Needs node and @anush008/tokenizers (scripts/test installs them); skips without them.
 . "$(dirname "$0")/common.inc"
-node_path=${LMPIPE_NODE_PATH:-${XDG_CACHE_HOME:-$HOME/.cache}/lmpipe-npm/node_modules}
-if ! command -v node >/dev/null || [ ! -f "$node_path/@anush008/tokenizers/package.json" ]; then
-  echo "SKIP: node or @anush008/tokenizers not found in '$node_path' (scripts/test installs them)"
-  exit 77
-fi
-export NODE_PATH=$node_path
+require_node_peers
 js=$src/tests/conformance/hf_encode_ids.js
 
 # variants IN.json PREFIX: PREFIX_SCHEME_SPLIT.json for each prepend_scheme and split, the

@@ -9,38 +9,16 @@
 # Needs node and @anush008/tokenizers (scripts/test installs them into
 # $LMPIPE_NODE_PATH, default ~/.cache/lmpipe-npm/node_modules); skips without them.
 . "$(dirname "$0")/common.inc"
-node_path=${LMPIPE_NODE_PATH:-${XDG_CACHE_HOME:-$HOME/.cache}/lmpipe-npm/node_modules}
-if ! command -v node >/dev/null || [ ! -f "$node_path/@anush008/tokenizers/package.json" ]; then
-  echo "SKIP: node or @anush008/tokenizers not found in '$node_path' (scripts/test installs them)"
-  exit 77
-fi
-export NODE_PATH=$node_path
+require_node_peers
 js=$src/tests/conformance/hf_offsets.js
 
 compare() {  # compare NAME TOKENIZER TEXT
-  "$bin/tok-encode" -t "$2" --offsets "$3" >"$work/rows" || { fail=1; return; }
-  if node "$js" "$2" "$3" "$work/rows" >"$work/report"; then
-    echo "ok   $1: $(tail -n 1 "$work/report")"
-  else
-    echo "FAIL $1:"
-    cat "$work/report"
-    fail=1
-  fi
+  offsets_check "$1" "$2" "$3" node "$js"
 }
 
 text=$work/text.txt
-cat "$src/tests/data/tiny.txt" >"$text"
-cat >>"$text" <<'TEXT'
-<|bos|>Special tokens<|eos|> inside a line, and <|bos|> again<|eos|>
-Digits 1234567 and 3.14159, contractions: don't, I'LL, we've.
-  leading spaces, trailing spaces   
-tabs	and	mixed 	 whitespace
-中文分词：大型语言模型的推理过程可以分解为若干阶段。
-日本語のテキストと한국어 텍스트, émigré naïve café, Ελληνικά, русский.
-emoji 🙂🚀 and symbols ∑∫√ → ←
-TEXT
-printf 'Ｆｕｌｌ-width ﬁ ligatures①, non\302\240breaking\302\240\302\240spaces, cafe\314\201 Å\n' >>"$text"
-printf 'jamo \341\204\222\341\205\241\341\206\253 marks a\314\201\314\243 ㎏ ½ Ⅻ ﬀ\n' >>"$text"
+stress_text "$text"
+normalizer_text "$text"
 for pre in gpt2 llama3 whitespace none; do
   "$bin/tok-train" -q --vocab-size 700 --min-frequency 2 -P "$pre" \
     -S '<|bos|>' -S '<|eos|>' -o "$work/$pre.json" "$text" || { fail=1; continue; }

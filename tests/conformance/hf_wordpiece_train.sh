@@ -11,12 +11,7 @@
 # min_frequency 0, no special tokens (ours has [UNK], left out of the comparison).
 . "$(dirname "$0")/common.inc"
 require_data
-node_path=${LMPIPE_NODE_PATH:-${XDG_CACHE_HOME:-$HOME/.cache}/lmpipe-npm/node_modules}
-if ! command -v node >/dev/null || [ ! -f "$node_path/@anush008/tokenizers/package.json" ]; then
-  echo "SKIP: node or @anush008/tokenizers not found in '$node_path' (scripts/test installs them)"
-  exit 77
-fi
-export NODE_PATH=$node_path
+require_node_peers
 js=$src/tests/conformance/hf_wordpiece_train.js
 vocab_set() {  # the model's tokens, one per line, sorted
   node -e 'const v = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).model.vocab;

@@ -19,27 +19,12 @@ fi
 check_script=$src/tests/conformance/spm_offsets.py
 
 compare() {  # compare NAME MODEL TEXT
-  "$bin/tok-encode" -t "$2" --offsets "$3" >"$work/rows" || { fail=1; return; }
-  if "$py" "$check_script" "$2" "$3" "$work/rows" >"$work/report"; then
-    echo "ok   $1: $(tail -n 1 "$work/report")"
-  else
-    echo "FAIL $1:"
-    cat "$work/report"
-    fail=1
-  fi
+  offsets_check "$1" "$2" "$3" "$py" "$check_script"
 }
 
 text=$work/text.txt
-cat "$src/tests/data/tiny.txt" >"$text"
-cat >>"$text" <<'TEXT'
-  leading spaces, trailing spaces   
-tabs	and	mixed 	 whitespace, digits 1234567
-中文分词：大型语言模型的推理过程可以分解为若干阶段。
-日本語のテキストと한국어 텍스트, émigré naïve café, Ελληνικά, русский.
-emoji 🙂🚀 and symbols ∑∫√ → ←
-TEXT
-printf 'Ｆｕｌｌ-width ﬁ ligatures①, non\302\240breaking\302\240\302\240spaces, cafe\314\201 Å\n' >>"$text"
-printf 'jamo \341\204\222\341\205\241\341\206\253 marks a\314\201\314\243 ㎏ ½ Ⅻ ﬀ 𝔘\n' >>"$text"
+stress_text "$text"
+normalizer_text "$text"
 (cd "$work" && spm_train --input="$text" --model_prefix=spm_uni --vocab_size=500 --model_type=unigram \
   --byte_fallback=true --minloglevel=2 >/dev/null 2>&1) || { echo "FAIL: spm_train"; fail=1; }
 (cd "$work" && spm_train --input="$text" --model_prefix=spm_bpe --vocab_size=700 --model_type=bpe \
