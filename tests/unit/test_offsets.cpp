@@ -14,6 +14,7 @@
 #include "lmpipe/tok/tokenizer.h"
 #include "lmpipe/tok/wordpiece.h"
 #include "lmpipe/tok/wordpiece_trainer.h"
+#include "tok_fixtures.h"
 
 using namespace lmp;
 using namespace lmp::tok;
@@ -62,20 +63,7 @@ void check_spans(const Tokenizer& t, const std::string& text, bool tiles) {
   if (tiles) CHECK(covered == text.size());
 }
 
-std::unique_ptr<Tokenizer> byte_level_bpe(bool all_bytes) {
-  auto pre = make_pre_tokenizer("cl100k");
-  REQUIRE(pre.ok());
-  WordCounter wc(*pre.value(), 1);
-  wc.add(kCorpus);
-  BpeTrainerConfig cfg;
-  cfg.vocab_size = 330;
-  cfg.initial_alphabet_bytes = all_bytes;
-  cfg.special_tokens = {"<|endoftext|>"};
-  TrainReport rep;
-  auto t = train_bpe(wc.take(), cfg, std::move(pre).value(), rep);
-  REQUIRE(t.ok());
-  return std::move(t).value();
-}
+std::unique_ptr<Tokenizer> byte_level_bpe(bool all_bytes) { return test::trained_bpe("cl100k", all_bytes, kCorpus, 330); }
 
 std::unique_ptr<Tokenizer> wordpiece() {
   auto pre = make_pre_tokenizer("bert");

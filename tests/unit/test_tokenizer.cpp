@@ -13,24 +13,15 @@
 #include "lmpipe/tok/end_ids.h"
 #include "lmpipe/tok/byte_level.h"
 #include "lmpipe/tok/tokenizer.h"
+#include "tok_fixtures.h"
 
 using namespace lmp;
 using namespace lmp::tok;
 
 namespace {
 std::unique_ptr<Tokenizer> small_tokenizer(const char* pre_name, bool all_bytes) {
-  auto pre = make_pre_tokenizer(pre_name);
-  REQUIRE(pre.ok());
-  WordCounter wc(*pre.value(), 1);
-  wc.add("the quick brown fox jumps over the lazy dog\nthe dog sleeps 12345\n中文字符 中文\n");
-  BpeTrainerConfig cfg;
-  cfg.vocab_size = 320;
-  cfg.initial_alphabet_bytes = all_bytes;
-  cfg.special_tokens = {"<|endoftext|>"};
-  TrainReport rep;
-  auto t = train_bpe(wc.take(), cfg, std::move(pre).value(), rep);
-  REQUIRE(t.ok());
-  return std::move(t).value();
+  return test::trained_bpe(pre_name, all_bytes,
+                           "the quick brown fox jumps over the lazy dog\nthe dog sleeps 12345\n中文字符 中文\n", 320);
 }
 
 // A byte-level BPE (cl100k split, every byte in the alphabet) trained on `corpus`, as
