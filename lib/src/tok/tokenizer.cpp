@@ -167,29 +167,7 @@ bool Tokenizer::metaspace_prepends(std::string_view in, bool at_start) const {
 
 void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s, bool at_start) const {
   if (seg.empty()) return;
-  std::string_view t = seg;
-  if (bert_) {
-    text::bert_normalize(seg, *bert_, s.norm_);
-    t = s.norm_;
-  } else if (metaspace_) {
-    std::string_view src = seg;
-    if (charsmap_) {
-      charsmap_->apply_charsmap(seg, s.mapped_);
-      src = s.mapped_;
-    }
-    s.norm_.assign(metaspace_prepends(src, at_start) ? kMetaspace : "");
-    for (char c : src) {
-      if (c == ' ') s.norm_ += kMetaspace;
-      else s.norm_ += c;
-    }
-    t = s.norm_;
-  } else if (norm_ != Normalization::none || (prefix_space_ && seg[0] != ' ')) {
-    if (norm_ == Normalization::none) s.norm_.assign(seg);
-    else s.norm_ = text::normalize(seg, norm_ == Normalization::nfc ? text::NormalForm::nfc
-                                                                    : text::NormalForm::nfkc);
-    if (prefix_space_ && (s.norm_.empty() || s.norm_[0] != ' ')) s.norm_.insert(s.norm_.begin(), ' ');
-    t = s.norm_;
-  }
+  std::string_view t = normalize_segment(seg, at_start, s, nullptr);
   s.ranges_.clear();
   if (pre_) pre_->split(t, s.ranges_);
   else s.ranges_.push_back({0, static_cast<std::uint32_t>(t.size())});
@@ -378,53 +356,62 @@ void Tokenizer::token_spans(std::string_view piece, const TokenId* ids, std::siz
   }
 }
 
-void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, std::vector<TokenId>& out,
-                                     std::vector<Range>& spans, Session& s) const {
-  if (seg.empty()) return;
-  // The normalized segment `t` and the source in `seg` of each of its bytes, as
-  // encode_segment normalizes.
-  std::string_view t = seg;
-  auto& src = s.src_;
+std::string_view Tokenizer::normalize_segment(std::string_view seg, bool at_start, Session& s,
+                                             std::vector<SourceSpan>* src) const {
+  // The first character's source, for text inserted before it (a ▁, a prefix space).
   auto first_char = [](const std::vector<SourceSpan>& m, std::string_view in) -> SourceSpan {
     std::size_t n = std::max<std::size_t>(1, char_bytes(in));
     return {m.front().begin, m[std::min(n, m.size()) - 1].end};
   };
   if (bert_) {
-    text::bert_normalize_aligned(seg, *bert_, s.norm_, src);
-    t = s.norm_;
-  } else if (metaspace_) {
+    if (src) text::bert_normalize_aligned(seg, *bert_, s.norm_, *src);
+    else text::bert_normalize(seg, *bert_, s.norm_);
+    return s.norm_;
+  }
+  if (metaspace_) {
     std::string_view in = seg;
     auto& in_src = s.piece_src_;
     if (charsmap_) {
-      charsmap_->apply_charsmap(seg, s.mapped_, &in_src);
+      charsmap_->apply_charsmap(seg, s.mapped_, src ? &in_src : nullptr);
       in = s.mapped_;
-    } else {
+    } else if (src) {
       identity_sources(seg.size(), in_src);
     }
-    s.norm_.assign(metaspace_prepends(in, base == 0) ? kMetaspace : "");
-    src.assign(s.norm_.size(), in.empty() ? SourceSpan{0, 0} : first_char(in_src, in));
+    s.norm_.assign(metaspace_prepends(in, at_start) ? kMetaspace : "");
+    if (src) src->assign(s.norm_.size(), in.empty() ? SourceSpan{0, 0} : first_char(in_src, in));
     for (std::size_t k = 0; k < in.size(); ++k) {
       if (in[k] == ' ') s.norm_ += kMetaspace;
       else s.norm_ += in[k];
-      src.resize(s.norm_.size(), in_src[k]);
+      if (src) src->resize(s.norm_.size(), in_src[k]);
     }
-    t = s.norm_;
-  } else if (norm_ != Normalization::none || (prefix_space_ && seg[0] != ' ')) {
+    return s.norm_;
+  }
+  if (norm_ != Normalization::none || (prefix_space_ && seg[0] != ' ')) {
+    auto form = norm_ == Normalization::nfc ? text::NormalForm::nfc : text::NormalForm::nfkc;
     if (norm_ == Normalization::none) {
       s.norm_.assign(seg);
-      identity_sources(seg.size(), src);
+      if (src) identity_sources(seg.size(), *src);
+    } else if (src) {
+      text::normalize_aligned(seg, form, s.norm_, *src);
     } else {
-      text::normalize_aligned(seg, norm_ == Normalization::nfc ? text::NormalForm::nfc : text::NormalForm::nfkc,
-                              s.norm_, src);
+      s.norm_ = text::normalize(seg, form);
     }
     if (prefix_space_ && (s.norm_.empty() || s.norm_[0] != ' ')) {
       s.norm_.insert(s.norm_.begin(), ' ');
-      src.insert(src.begin(), src.empty() ? SourceSpan{0, 0} : first_char(src, s.norm_.substr(1)));
+      if (src) src->insert(src->begin(), src->empty() ? SourceSpan{0, 0} : first_char(*src, s.norm_.substr(1)));
     }
-    t = s.norm_;
-  } else {
-    identity_sources(seg.size(), src);
+    return s.norm_;
   }
+  if (src) identity_sources(seg.size(), *src);
+  return seg;
+}
+
+void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, std::vector<TokenId>& out,
+                                     std::vector<Range>& spans, Session& s) const {
+  if (seg.empty()) return;
+  // The normalized segment and the source in `seg` of each of its bytes.
+  auto& src = s.src_;
+  std::string_view t = normalize_segment(seg, base == 0, s, &src);
   s.ranges_.clear();
   if (pre_) pre_->split(t, s.ranges_);
   else s.ranges_.push_back({0, static_cast<std::uint32_t>(t.size())});

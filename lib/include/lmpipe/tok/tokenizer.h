@@ -180,6 +180,11 @@ class Tokenizer {
  private:
   // `at_start`: the segment begins the text (for Metaspace's prepend_scheme "first").
   void encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s, bool at_start) const;
+  // The segment as the model sees it (the normalizer, the metaspace ▁, a prefix space):
+  // `seg` itself when nothing changes it, else in the Session. With `src`, also where
+  // each of its bytes came from in `seg` (offsets).
+  std::string_view normalize_segment(std::string_view seg, bool at_start, Session& s,
+                                     std::vector<text::SourceSpan>* src) const;
   // Whether the metaspace normalization puts ▁ before a segment whose text (after any
   // character map) is `in`.
   bool metaspace_prepends(std::string_view in, bool at_start) const;
