@@ -126,7 +126,7 @@ Status SpNormalizer::load_charsmap(std::string_view blob, const std::string& whe
   return {};
 }
 
-// darts-clone's commonPrefixSearch, keeping the longest match.
+// darts-clone's commonPrefixSearch, keeping the longest match (or the first, the shortest).
 std::pair<std::string_view, std::size_t> SpNormalizer::match(std::string_view s, bool shortest) const {
   if (trie_.empty()) return {{}, 0};
   auto offset = [](std::uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); };
@@ -182,9 +182,7 @@ void note_rule(std::vector<text::SourceSpan>* src, const std::string& out, std::
     if (n_in && i + n_in < e) i += n_in;
   }
 }
-}  // namespace
 
-namespace {
 // The ends (byte offsets) of the extended grapheme clusters of valid UTF-8 `s`, by ICU's
 // character break rules (Unicode's UAX #29, as Rust's unicode-segmentation in HF).
 void grapheme_ends(std::string_view s, std::vector<std::size_t>& ends) {
@@ -208,6 +206,7 @@ void grapheme_ends(std::string_view s, std::vector<std::size_t>& ends) {
     for (std::size_t i = 0; i < s.size();) ends.push_back(i += std::max<std::size_t>(1, utf8_len(s.substr(i))));
   }
 }
+
 // Whether a character's grapheme break class is Other, Control or LF. Where every
 // character of a text is, each is a cluster of its own (rules GB4, GB5 and GB999; every
 // rule that joins characters involves another class): CJK, and Latin, Greek or Cyrillic
@@ -247,9 +246,8 @@ void SpNormalizer::apply_charsmap(std::string_view in, std::string& out, std::ve
   std::vector<std::size_t> ends;
   std::size_t at = 0;
   while (at < in.size()) {
-    // The run of valid UTF-8 from here (HF's text is valid; an invalid byte is kept).
-    // The run of valid UTF-8 from here, whether it is ASCII, and whether each of its
-    // characters is a cluster of its own.
+    // The run of valid UTF-8 from here (HF's text is valid; an invalid byte is kept as it
+    // is), whether it is ASCII, and whether each of its characters is a cluster of its own.
     std::size_t run = at;
     bool ascii = true, single = true;
     const auto* p = reinterpret_cast<const unsigned char*>(in.data());
