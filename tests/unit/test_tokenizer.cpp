@@ -27,17 +27,7 @@ std::unique_ptr<Tokenizer> small_tokenizer(const char* pre_name, bool all_bytes)
 // A byte-level BPE (cl100k split, every byte in the alphabet) trained on `corpus`, as
 // tokenizer.json text.
 std::string trained_json(const std::string& corpus, std::size_t vocab_size) {
-  auto pre = make_pre_tokenizer("cl100k");
-  REQUIRE(pre.ok());
-  WordCounter wc(*pre.value(), 1);
-  wc.add(corpus);
-  BpeTrainerConfig cfg;
-  cfg.vocab_size = vocab_size;
-  cfg.initial_alphabet_bytes = true;
-  TrainReport rep;
-  auto trained = train_bpe(wc.take(), cfg, std::move(pre).value(), rep);
-  REQUIRE(trained.ok());
-  return to_tokenizer_json(*trained.value());
+  return to_tokenizer_json(*test::trained_bpe("cl100k", true, corpus, vocab_size, /*special=*/false));
 }
 
 // A SentencePiece-style tokenizer.json (▁ for spaces, no pre-tokenizer, <0xNN> byte

@@ -11,10 +11,10 @@
 
 namespace lmp::tok::test {
 
-// A byte-level BPE with the added token <|endoftext|>, trained on `corpus` with the named
-// pre-tokenizer; `all_bytes`: every byte in the alphabet.
+// A byte-level BPE (with the added token <|endoftext|> when `special`), trained on
+// `corpus` with the named pre-tokenizer; `all_bytes`: every byte in the alphabet.
 inline std::unique_ptr<Tokenizer> trained_bpe(const char* pre_name, bool all_bytes, std::string_view corpus,
-                                              std::size_t vocab_size) {
+                                              std::size_t vocab_size, bool special = true) {
   auto pre = make_pre_tokenizer(pre_name);
   REQUIRE(pre.ok());
   WordCounter wc(*pre.value(), 1);
@@ -22,7 +22,7 @@ inline std::unique_ptr<Tokenizer> trained_bpe(const char* pre_name, bool all_byt
   BpeTrainerConfig cfg;
   cfg.vocab_size = vocab_size;
   cfg.initial_alphabet_bytes = all_bytes;
-  cfg.special_tokens = {"<|endoftext|>"};
+  if (special) cfg.special_tokens = {"<|endoftext|>"};
   TrainReport rep;
   auto t = train_bpe(wc.take(), cfg, std::move(pre).value(), rep);
   REQUIRE(t.ok());
