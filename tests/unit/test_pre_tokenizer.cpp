@@ -151,3 +151,90 @@ TEST_CASE("GGUF tokenizer.ggml.pre names: every split compiles, and hand-checked
   REQUIRE_FALSE(unknown.ok());
   CHECK_THAT(unknown.error().message, Catch::Contains("'no-such-pre' is not supported"));
 }
+
+namespace {
+// Hand-checked against HF tokenizers' own pre-tokenizers (node binding 0.6.0,
+// preTokenizeString) on this text.
+constexpr std::string_view kPunctText = "a,b!!c -- x$y+z \xc2\xabq\xc2\xbb 1.5\xc2\xa0t\xe3\x80\x80u\vv\xc2\x85w";
+constexpr std::string_view kPunctTail = "5\xc2\xa0t\xe3\x80\x80u\vv\xc2\x85w";
+using Pieces = std::vector<std::string>;
+}  // namespace
+
+TEST_CASE("Punctuation: every split behaviour as HF applies it", "[tok][pre]") {
+  auto p = [](SplitBehavior b) { return pieces(*make_char_split_pre_tokenizer(CharSplit::punctuation, b), kPunctText); };
+  const std::string tail(kPunctTail);
+  CHECK(p(SplitBehavior::removed) == Pieces{"a", "b", "c ", " x", "y", "z ", "q", " 1", tail});
+  CHECK(p(SplitBehavior::isolated) == Pieces{"a", ",", "b", "!", "!", "c ", "-", "-", " x", "$", "y", "+", "z ",
+                                             "\xc2\xab", "q", "\xc2\xbb", " 1", ".", tail});
+  CHECK(p(SplitBehavior::merged_with_previous) ==
+        Pieces{"a,", "b!", "!", "c -", "-", " x$", "y+", "z \xc2\xab", "q\xc2\xbb", " 1.", tail});
+  CHECK(p(SplitBehavior::merged_with_next) ==
+        Pieces{"a", ",b", "!", "!c ", "-", "- x", "$y", "+z ", "\xc2\xabq", "\xc2\xbb 1", "." + tail});
+  CHECK(p(SplitBehavior::contiguous) == Pieces{"a", ",", "b", "!!", "c ", "--", " x", "$", "y", "+", "z ",
+                                               "\xc2\xab", "q", "\xc2\xbb", " 1", ".", tail});
+}
+
+TEST_CASE("WhitespaceSplit, CharDelimiterSplit and Digits as HF splits them", "[tok][pre]") {
+  auto ws = make_char_split_pre_tokenizer(CharSplit::whitespace, SplitBehavior::removed);
+  CHECK(pieces(*ws, kPunctText) == Pieces{"a,b!!c", "--", "x$y+z", "\xc2\xabq\xc2\xbb", "1.5", "t", "u", "v", "w"});
+  auto delim = make_char_split_pre_tokenizer(CharSplit::delimiter, SplitBehavior::removed, U'b');
+  CHECK(pieces(*delim, "abcbba") == Pieces{"a", "c", "a"});
+  auto nbsp = make_char_split_pre_tokenizer(CharSplit::delimiter, SplitBehavior::removed, U'\u00a0');
+  CHECK(pieces(*nbsp, "x\xc2\xa0y") == Pieces{"x", "y"});
+  // \p{N} (Rust's char::is_numeric): Arabic-Indic digits, ½ and ² are digits too.
+  auto runs = make_char_split_pre_tokenizer(CharSplit::numeric, SplitBehavior::contiguous);
+  CHECK(pieces(*runs, "ab12\xc2\xbd" "c3") == Pieces{"ab", "12\xc2\xbd", "c", "3"});
+  auto each = make_char_split_pre_tokenizer(CharSplit::numeric, SplitBehavior::isolated);
+  CHECK(pieces(*each, "a\xd9\xa1\xd9\xa2" "b12\xc2\xbdx\xc2\xb2") ==
+        Pieces{"a", "\xd9\xa1", "\xd9\xa2", "b", "1", "2", "\xc2\xbd", "x", "\xc2\xb2"});
+}
+
+TEST_CASE("character-class splits agree with the ICU engine on their pattern, every behaviour",
+          "[tok][pre][property]") {
+  const SplitBehavior all[] = {SplitBehavior::isolated, SplitBehavior::removed, SplitBehavior::merged_with_previous,
+                               SplitBehavior::merged_with_next, SplitBehavior::contiguous};
+  std::mt19937 rng(99);
+  for (CharSplit kind : {CharSplit::punctuation, CharSplit::numeric, CharSplit::whitespace, CharSplit::delimiter}) {
+    for (SplitBehavior b : all) {
+      auto fast = make_char_split_pre_tokenizer(kind, b, U'\'');
+      auto slow = make_icu_regex_pre_tokenizer(fast->pattern(), b);
+      REQUIRE(slow.ok());
+      for (int i = 0; i < 400; ++i) {
+        std::string s = random_text(rng, 1 + static_cast<std::size_t>(i % 30));
+        INFO(fast->name() << " behaviour " << static_cast<int>(b) << " case " << i << ": '" << s << "'");
+        REQUIRE(pieces(*fast, s) == pieces(*slow.value(), s));
+      }
+    }
+  }
+}
+
+TEST_CASE("Split with invert: what the regex does not match is the delimiter", "[tok][pre]") {
+  // HF: Split(\d+, Removed, invert) keeps the numbers only.
+  auto keep_numbers = make_regex_pre_tokenizer(R"(\d+)", SplitBehavior::removed, true);
+  REQUIRE(keep_numbers.ok());
+  CHECK((*keep_numbers)->invert());
+  CHECK(pieces(**keep_numbers, "a,b!!c 12345 x 6") == Pieces{"12345", "6"});
+  // Isolated keeps every segment, whichever side matched.
+  auto iso = make_regex_pre_tokenizer("-", SplitBehavior::isolated, true);
+  REQUIRE(iso.ok());
+  CHECK(pieces(**iso, "ab-cd--e") == Pieces{"ab", "-", "cd", "-", "-", "e"});
+  // Merged with the previous piece: the non-matches join the '-' before them.
+  auto prev = make_regex_pre_tokenizer("-", SplitBehavior::merged_with_previous, true);
+  REQUIRE(prev.ok());
+  CHECK(pieces(**prev, "ab-cd--e") == Pieces{"ab", "-cd", "-", "-e"});
+}
+
+TEST_CASE("a split after ByteLevel sees byte-level characters", "[tok][pre]") {
+  // ١ is D9 A1: byte-level "Ù¡", and ¡ is punctuation; ¢ (A2) and £ (A3) are not.
+  auto punct = make_byte_level_view(make_char_split_pre_tokenizer(CharSplit::punctuation, SplitBehavior::isolated));
+  CHECK(pieces(*punct, "\xd9\xa1\xd9\xa2\xd9\xa3") == Pieces{"\xd9", "\xa1", "\xd9\xa2\xd9\xa3"});
+  CHECK(pieces(*punct, "a,b") == Pieces{"a", ",", "b"});  // ASCII: its own view
+  CHECK(punct->name() == "byte-level punctuation");
+  // A space is Ġ there: \s no longer matches it, and the pieces keep their bytes.
+  auto ws = make_regex_pre_tokenizer(R"(\s)", SplitBehavior::isolated);
+  REQUIRE(ws.ok());
+  auto view = make_byte_level_view(std::move(*ws));
+  CHECK(pieces(*view, "a b\xc3\xa9") == Pieces{"a b\xc3\xa9"});
+  auto digits = make_byte_level_view(make_char_split_pre_tokenizer(CharSplit::numeric, SplitBehavior::isolated));
+  CHECK(pieces(*digits, "x 12\xc3\xa9") == Pieces{"x ", "1", "2", "\xc3\xa9"});
+}

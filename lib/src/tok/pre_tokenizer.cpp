@@ -4,8 +4,13 @@
 #include <unicode/uregex.h>
 #include <unicode/utext.h>
 
+#include <algorithm>
 #include <array>
 #include <mutex>
+
+#include <fmt/format.h>
+
+#include "lmpipe/tok/byte_level.h"
 
 #include "lmpipe/text/unicode.h"
 
@@ -214,6 +219,11 @@ class WhitespacePreTokenizer final : public PreTokenizer {
   std::string_view pattern() const override { return kWhitespacePattern; }
 };
 
+// ASCII punctuation as Rust's is_ascii_punctuation has it: symbols such as $ + < = > ^ ` | ~ too.
+bool is_ascii_punct(std::uint32_t c) {
+  return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
+}
+
 // HF's BertPreTokenizer: whitespace (White_Space) separates and is dropped; each
 // punctuation character — ASCII punctuation (symbols such as $ + < = > ^ ` | ~
 // included) or \p{P} — is a piece of its own.
@@ -242,11 +252,6 @@ class BertPreTokenizer final : public PreTokenizer {
   }
   std::string_view name() const override { return "bert"; }
   std::string_view pattern() const override { return ""; }
-
- private:
-  static bool is_ascii_punct(std::uint32_t c) {
-    return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
-  }
 };
 
 // Words of SentencePiece-style text: a new piece starts at each ▁ (U+2581) that follows
@@ -300,6 +305,163 @@ class NoPreTokenizer final : public PreTokenizer {
   std::string_view pattern() const override { return ""; }
 };
 
+// ---- splits by matches: HF's NormalizedString::split -------------------------------
+
+// A stretch of the text and whether the pattern matched it. A split's segments cover the
+// text in order; each match is one segment, the text between two matches another.
+struct Segment {
+  std::uint32_t begin, end;
+  bool match;
+};
+
+// The pieces HF keeps of `segs` under `b` (empty pieces dropped, as HF drops them):
+//   isolated: every segment;  removed: the non-matches;
+//   merged_with_previous: a match joins the segment before it, unless that is a match;
+//   merged_with_next: a match joins the segment after it, unless that is a match;
+//   contiguous: each run of matches, and of non-matches, is one piece.
+void emit_segments(const std::vector<Segment>& segs, SplitBehavior b, std::vector<Range>& out) {
+  const std::size_t first = out.size();
+  auto push = [&](std::uint32_t begin, std::uint32_t end) { out.push_back({begin, end}); };
+  bool prev = false;  // whether the segment before (after, for merged_with_next) matched
+  switch (b) {
+    case SplitBehavior::isolated:
+      for (const Segment& g : segs) push(g.begin, g.end);
+      break;
+    case SplitBehavior::removed:
+      for (const Segment& g : segs)
+        if (!g.match) push(g.begin, g.end);
+      break;
+    case SplitBehavior::merged_with_previous:
+      for (const Segment& g : segs) {
+        if (g.match && !prev && out.size() > first) out.back().end = g.end;
+        else push(g.begin, g.end);
+        prev = g.match;
+      }
+      break;
+    case SplitBehavior::merged_with_next:
+      for (std::size_t k = segs.size(); k-- > 0;) {
+        const Segment& g = segs[k];
+        if (g.match && !prev && out.size() > first) out.back().begin = g.begin;
+        else push(g.begin, g.end);
+        prev = g.match;
+      }
+      std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+      break;
+    case SplitBehavior::contiguous:
+      for (const Segment& g : segs) {
+        if (g.match == prev && out.size() > first) out.back().end = g.end;
+        else push(g.begin, g.end);
+        prev = g.match;
+      }
+      break;
+  }
+  out.erase(std::remove_if(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
+                           [](const Range& r) { return r.end == r.begin; }),
+            out.end());
+}
+
+// HF's pre-tokenizers that split by a character class (make_char_split_pre_tokenizer).
+class CharSplitPreTokenizer final : public PreTokenizer {
+ public:
+  CharSplitPreTokenizer(CharSplit kind, SplitBehavior b, char32_t delimiter)
+      : kind_(kind), behavior_(b), delimiter_(delimiter) {
+    switch (kind) {
+      case CharSplit::punctuation:
+        name_ = "punctuation";
+        pattern_ = R"([\p{P}\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}])";
+        break;
+      case CharSplit::numeric:
+        name_ = "digits";
+        pattern_ = R"(\p{N})";
+        break;
+      case CharSplit::whitespace:
+        name_ = "whitespace-split";
+        pattern_ = R"(\s)";
+        break;
+      case CharSplit::delimiter:
+        name_ = "char-delimiter";
+        pattern_ = fmt::format(R"(\x{{{:X}}})", static_cast<std::uint32_t>(delimiter));
+        break;
+    }
+  }
+  void split(std::string_view s, std::vector<Range>& out) const override {
+    Text t(s);
+    std::vector<Segment> segs;
+    std::uint32_t pos = 0;  // start of the run of non-matching characters
+    for (std::size_t i = 0; i < t.size();) {
+      At a = t.at(i);
+      auto b = static_cast<std::uint32_t>(i), e = static_cast<std::uint32_t>(i + a.len);
+      if (holds(a)) {
+        if (b > pos) segs.push_back({pos, b, false});
+        segs.push_back({b, e, true});
+        pos = e;
+      }
+      i = e;
+    }
+    if (pos < t.size()) segs.push_back({pos, static_cast<std::uint32_t>(t.size()), false});
+    emit_segments(segs, behavior_, out);
+  }
+  std::string_view name() const override { return name_; }
+  std::string_view pattern() const override { return pattern_; }
+  SplitBehavior behavior() const override { return behavior_; }
+
+ private:
+  bool holds(At a) const {
+    switch (kind_) {
+      case CharSplit::punctuation:
+        return a.cp < 0x80 ? is_ascii_punct(a.cp) : (a.cls & text::kPunct) != 0;
+      case CharSplit::numeric: return (a.cls & text::kNumber) != 0;
+      case CharSplit::whitespace: return (a.cls & text::kSpace) != 0;
+      case CharSplit::delimiter: return a.cp == delimiter_;
+    }
+    return false;
+  }
+
+  CharSplit kind_;
+  SplitBehavior behavior_;
+  char32_t delimiter_;
+  std::string name_, pattern_;
+};
+
+// A split placed after HF's ByteLevel: it sees each byte as its byte-level character.
+class ByteLevelView final : public PreTokenizer {
+ public:
+  explicit ByteLevelView(std::unique_ptr<PreTokenizer> inner)
+      : inner_(std::move(inner)), name_("byte-level " + std::string(inner_->name())) {}
+  void split(std::string_view s, std::vector<Range>& out) const override {
+    // Bytes '!'..'~' are their own characters: such a piece is its own view.
+    bool same = true;
+    for (unsigned char c : s) same = same && c >= 0x21 && c <= 0x7E;
+    if (same) {
+      inner_->split(s, out);
+      return;
+    }
+    std::string view;
+    std::vector<std::uint32_t> back;  // view offset → offset in s, at each character start
+    view.reserve(s.size() * 2);
+    back.reserve(s.size() * 2 + 1);
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      std::uint32_t cp = byte_to_unicode(static_cast<unsigned char>(s[i]));
+      std::size_t at = view.size();
+      text::append_utf8(view, cp);
+      back.resize(view.size(), 0);
+      back[at] = static_cast<std::uint32_t>(i);
+    }
+    back.push_back(static_cast<std::uint32_t>(s.size()));
+    std::vector<Range> part;
+    inner_->split(view, part);
+    for (const Range r : part) out.push_back({back[r.begin], back[r.end]});
+  }
+  std::string_view name() const override { return name_; }
+  std::string_view pattern() const override { return inner_->pattern(); }
+  SplitBehavior behavior() const override { return inner_->behavior(); }
+  bool invert() const override { return inner_->invert(); }
+
+ private:
+  std::unique_ptr<PreTokenizer> inner_;
+  std::string name_;
+};
+
 // ---- ICU regex engine ------------------------------------------------------------
 
 // Rewrite \s and \S to White_Space, the meaning Oniguruma and Rust's regex give them
@@ -325,7 +487,7 @@ std::string to_icu_pattern(std::string_view p) {
 
 class IcuRegexPreTokenizer final : public PreTokenizer {
  public:
-  static Result<std::unique_ptr<PreTokenizer>> create(std::string_view pattern, SplitBehavior b) {
+  static Result<std::unique_ptr<PreTokenizer>> create(std::string_view pattern, SplitBehavior b, bool invert) {
     std::string icu = to_icu_pattern(pattern);
     UErrorCode st = U_ZERO_ERROR;
     UParseError pe{};
@@ -339,6 +501,7 @@ class IcuRegexPreTokenizer final : public PreTokenizer {
     p->proto_ = re;
     p->pattern_ = std::string(pattern);
     p->behavior_ = b;
+    p->invert_ = invert;
     return std::unique_ptr<PreTokenizer>(std::move(p));
   }
   ~IcuRegexPreTokenizer() override {
@@ -353,19 +516,26 @@ class IcuRegexPreTokenizer final : public PreTokenizer {
     UText* ut = utext_openUTF8(nullptr, s.data(), static_cast<int64_t>(s.size()), &st);
     uregex_setUText(re, ut, &st);
     LMP_ASSERT(U_SUCCESS(st));
-    std::vector<Range> matches;
+    // The matches and the text between them, as HF's find_matches gives them.
+    std::vector<Segment> segs;
+    std::uint32_t pos = 0;
     while (uregex_findNext(re, &st)) {
       auto b = static_cast<std::uint32_t>(uregex_start64(re, 0, &st));
       auto e = static_cast<std::uint32_t>(uregex_end64(re, 0, &st));
-      if (e > b) matches.push_back({b, e});
+      if (e == b) continue;
+      if (b > pos) segs.push_back({pos, b, invert_});
+      segs.push_back({b, e, !invert_});
+      pos = e;
     }
     utext_close(ut);
     release(re);
-    emit(matches, static_cast<std::uint32_t>(s.size()), out);
+    if (pos < s.size()) segs.push_back({pos, static_cast<std::uint32_t>(s.size()), invert_});
+    emit_segments(segs, behavior_, out);
   }
   std::string_view name() const override { return "regex"; }
   std::string_view pattern() const override { return pattern_; }
   SplitBehavior behavior() const override { return behavior_; }
+  bool invert() const override { return invert_; }
 
  private:
   IcuRegexPreTokenizer() = default;
@@ -390,46 +560,12 @@ class IcuRegexPreTokenizer final : public PreTokenizer {
     pool_.push_back(c);
   }
 
-  void emit(const std::vector<Range>& m, std::uint32_t n, std::vector<Range>& out) const {
-    std::uint32_t pos = 0;
-    switch (behavior_) {
-      case SplitBehavior::isolated:
-        for (auto r : m) {
-          if (r.begin > pos) out.push_back({pos, r.begin});
-          out.push_back(r);
-          pos = r.end;
-        }
-        if (pos < n) out.push_back({pos, n});
-        break;
-      case SplitBehavior::removed:
-        for (auto r : m) {
-          if (r.begin > pos) out.push_back({pos, r.begin});
-          pos = r.end;
-        }
-        if (pos < n) out.push_back({pos, n});
-        break;
-      case SplitBehavior::merged_with_previous:
-        for (auto r : m) {
-          out.push_back({pos, r.end});
-          pos = r.end;
-        }
-        if (pos < n) out.push_back({pos, n});
-        break;
-      case SplitBehavior::merged_with_next:
-        for (auto r : m) {
-          if (r.begin > pos) out.push_back({pos, r.begin});
-          pos = r.begin;
-        }
-        if (pos < n) out.push_back({pos, n});
-        break;
-    }
-  }
-
   URegularExpression* proto_ = nullptr;
   mutable std::mutex mu_;
   mutable std::vector<URegularExpression*> pool_;
   std::string pattern_;
   SplitBehavior behavior_ = SplitBehavior::isolated;
+  bool invert_ = false;
 };
 
 class SequencePreTokenizer final : public PreTokenizer {
@@ -488,18 +624,27 @@ Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name) 
                     name);
 }
 
+std::unique_ptr<PreTokenizer> make_char_split_pre_tokenizer(CharSplit kind, SplitBehavior behavior,
+                                                            char32_t delimiter) {
+  return std::unique_ptr<PreTokenizer>(new CharSplitPreTokenizer(kind, behavior, delimiter));
+}
+
+std::unique_ptr<PreTokenizer> make_byte_level_view(std::unique_ptr<PreTokenizer> inner) {
+  return std::unique_ptr<PreTokenizer>(new ByteLevelView(std::move(inner)));
+}
+
 Result<std::unique_ptr<PreTokenizer>> make_regex_pre_tokenizer(std::string_view pattern,
-                                                               SplitBehavior behavior) {
-  if (behavior == SplitBehavior::isolated) {
+                                                               SplitBehavior behavior, bool invert) {
+  if (behavior == SplitBehavior::isolated && !invert) {
     if (pattern == kGpt2Pattern) return make_pre_tokenizer("gpt2");
     if (pattern == kCl100kPattern) return make_pre_tokenizer("cl100k");
   }
-  return make_icu_regex_pre_tokenizer(pattern, behavior);
+  return make_icu_regex_pre_tokenizer(pattern, behavior, invert);
 }
 
 Result<std::unique_ptr<PreTokenizer>> make_icu_regex_pre_tokenizer(std::string_view pattern,
-                                                                   SplitBehavior behavior) {
-  return IcuRegexPreTokenizer::create(pattern, behavior);
+                                                                   SplitBehavior behavior, bool invert) {
+  return IcuRegexPreTokenizer::create(pattern, behavior, invert);
 }
 
 }  // namespace lmp::tok

@@ -66,7 +66,8 @@ void vocab_bytes(std::string_view text, std::string& out) {
 struct PreSpec {
   std::unique_ptr<PreTokenizer> pre;
   bool prefix_space = false;
-  bool byte_level = false;
+  bool byte_level = false;        // a ByteLevel step was read (later steps see its characters)
+  bool allow_byte_level = true;   // false for WordPiece
 };
 
 Result<SplitBehavior> parse_behavior(json::Value v) {
@@ -75,6 +76,7 @@ Result<SplitBehavior> parse_behavior(json::Value v) {
   if (b == "Removed") return SplitBehavior::removed;
   if (b == "MergedWithPrevious") return SplitBehavior::merged_with_previous;
   if (b == "MergedWithNext") return SplitBehavior::merged_with_next;
+  if (b == "Contiguous") return SplitBehavior::contiguous;
   return make_error(Errc::unsupported, "{}: split behavior '{}' is not supported", v.where(), b);
 }
 
@@ -91,8 +93,10 @@ Status parse_pre_step(json::Value v, PreSpec& spec) {
   if (v.is_null()) return {};
   if (!v.is_object()) return make_error(Errc::parse, "{}: pre_tokenizer must be an object", v.where());
   std::string_view type = v.get("type").str();
-  // Splits in a Sequence apply in turn, each to the pieces of the one before.
+  // Splits in a Sequence apply in turn, each to the pieces of the one before; those after
+  // a ByteLevel step see the byte-level characters it made.
   auto set_split = [&](std::unique_ptr<PreTokenizer> p) -> Status {
+    if (spec.byte_level) p = make_byte_level_view(std::move(p));
     if (spec.pre) {
       std::vector<std::unique_ptr<PreTokenizer>> steps;
       steps.push_back(std::move(spec.pre));
@@ -103,6 +107,9 @@ Status parse_pre_step(json::Value v, PreSpec& spec) {
     }
     return {};
   };
+  auto char_split = [&](CharSplit kind, SplitBehavior b, char32_t delimiter = 0) {
+    return set_split(make_char_split_pre_tokenizer(kind, b, delimiter));
+  };
   if (type == "Sequence") {
     json::Value list = v.get("pretokenizers");
     if (!list.is_array()) return make_error(Errc::parse, "{}: Sequence without pretokenizers", v.where());
@@ -110,28 +117,36 @@ Status parse_pre_step(json::Value v, PreSpec& spec) {
     return {};
   }
   if (type == "ByteLevel") {
-    spec.byte_level = true;
+    if (!spec.allow_byte_level)
+      return make_error(Errc::unsupported, "{}: a ByteLevel pre-tokenizer in a WordPiece tokenizer", v.where());
+    if (spec.byte_level) return make_error(Errc::unsupported, "{}: a second ByteLevel pre-tokenizer", v.where());
     json::Value aps = v.get("add_prefix_space");
     spec.prefix_space = aps.is_bool() ? aps.boolean() : true;
+    // HF adds the space to every piece the steps before made, lmpipe once per text.
+    if (spec.prefix_space && spec.pre)
+      return make_error(Errc::unsupported,
+                        "{}: ByteLevel with add_prefix_space after another pre-tokenizer (a space before every "
+                        "piece) is not supported",
+                        v.where());
     json::Value ur = v.get("use_regex");
     bool use_regex = ur.is_bool() ? ur.boolean() : true;
     if (use_regex) {
       LMP_ASSIGN(auto p, make_pre_tokenizer("gpt2"));
       LMP_TRY(set_split(std::move(p)));
     }
+    spec.byte_level = true;
     return {};
   }
   if (type == "Split") {
     json::Value pat = v.get("pattern");
     json::Value inv = v.get("invert");
-    if (inv.is_bool() && inv.boolean())
-      return make_error(Errc::unsupported, "{}: Split with invert=true is not supported", v.where());
+    bool invert = inv.is_bool() && inv.boolean();
     LMP_ASSIGN(SplitBehavior beh, parse_behavior(v.get("behavior")));
     std::string regex;
     if (pat.get("Regex").is_string()) regex = std::string(pat.get("Regex").str());
     else if (pat.get("String").is_string()) regex = regex_quote(pat.get("String").str());
     else return make_error(Errc::parse, "{}: Split pattern needs a Regex or a String", v.where());
-    auto p = make_regex_pre_tokenizer(regex, beh);
+    auto p = make_regex_pre_tokenizer(regex, beh, invert);
     if (!p.ok()) return with_context(std::move(p).error(), v.where());
     return set_split(std::move(p).value());
   }
@@ -139,7 +154,33 @@ Status parse_pre_step(json::Value v, PreSpec& spec) {
     LMP_ASSIGN(auto p, make_pre_tokenizer("whitespace"));
     return set_split(std::move(p));
   }
-  return make_error(Errc::unsupported, "{}: pre-tokenizer type '{}' is not supported for byte-level BPE",
+  if (type == "BertPreTokenizer") {
+    LMP_ASSIGN(auto p, make_pre_tokenizer("bert"));
+    return set_split(std::move(p));
+  }
+  if (type == "WhitespaceSplit") return char_split(CharSplit::whitespace, SplitBehavior::removed);
+  if (type == "Punctuation") {
+    LMP_ASSIGN(SplitBehavior beh, parse_behavior(v.get("behavior")));
+    return char_split(CharSplit::punctuation, beh);
+  }
+  if (type == "Digits") {
+    json::Value ind = v.get("individual_digits");
+    bool individual = ind.is_bool() && ind.boolean();
+    return char_split(CharSplit::numeric, individual ? SplitBehavior::isolated : SplitBehavior::contiguous);
+  }
+  if (type == "CharDelimiterSplit") {
+    json::Value d = v.get("delimiter");
+    std::string_view ds = d.is_string() ? d.str() : std::string_view();
+    text::CodePoint c{0, 0};
+    if (!ds.empty()) c = text::decode_utf8(reinterpret_cast<const unsigned char*>(ds.data()), ds.size(), 0);
+    if (ds.empty() || c.len != ds.size() || c.cp >= text::kInvalidBase)
+      return make_error(Errc::parse, "{}: CharDelimiterSplit needs a delimiter of one character", v.where());
+    return char_split(CharSplit::delimiter, SplitBehavior::removed, static_cast<char32_t>(c.cp));
+  }
+  return make_error(Errc::unsupported,
+                    "{}: pre-tokenizer type '{}' is not supported here (ByteLevel, Split, Whitespace, "
+                    "WhitespaceSplit, BertPreTokenizer, Punctuation, Digits, CharDelimiterSplit and Sequences "
+                    "of them are)",
                     v.where(), type);
 }
 
@@ -908,16 +949,10 @@ Result<std::unique_ptr<Tokenizer>> load_wordpiece_json(json::Value root, const s
   } else {
     LMP_ASSIGN(spec.norm, parse_normalizer(norm));
   }
-  json::Value pre = root.get("pre_tokenizer");
-  std::string_view pre_type = pre.is_object() ? pre.get("type").str() : "";
-  if (pre_type == "BertPreTokenizer") {
-    LMP_ASSIGN(spec.pre, make_pre_tokenizer("bert"));
-  } else if (pre_type == "Whitespace") {
-    LMP_ASSIGN(spec.pre, make_pre_tokenizer("whitespace"));
-  } else if (!pre.is_null()) {
-    return make_error(Errc::unsupported, "{}: pre-tokenizer type '{}' is not supported for WordPiece", pre.where(),
-                      pre_type);
-  }
+  PreSpec pre;
+  pre.allow_byte_level = false;
+  LMP_TRY(parse_pre_step(root.get("pre_tokenizer"), pre));
+  spec.pre = std::move(pre.pre);
   spec.decoder = Decoder::wordpiece;
   LMP_TRY(parse_template(root.get("post_processor"), spec));
   LMP_ASSIGN(auto added, parse_added(root.get("added_tokens")));
@@ -1344,8 +1379,10 @@ void append_pre_json(std::string& o, const Tokenizer& t) {
     } else {
       o += R"({"type":"Split","pattern":{"Regex":)";
       json::append_string(o, step->pattern());
-      static constexpr const char* kBehavior[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext"};
-      o += fmt::format(R"(}},"behavior":"{}","invert":false}})", kBehavior[static_cast<int>(step->behavior())]);
+      static constexpr const char* kBehavior[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
+                                                  "Contiguous"};
+      o += fmt::format(R"(}},"behavior":"{}","invert":{}}})", kBehavior[static_cast<int>(step->behavior())],
+                       step->invert());
     }
     o += ",";
   }

@@ -17,7 +17,10 @@
 
 namespace lmp::tok {
 
-enum class SplitBehavior { isolated, removed, merged_with_previous, merged_with_next };
+// What a split keeps of the pattern's matches (HF's SplitDelimiterBehavior): isolated
+// (a piece of its own), removed, merged with the piece before or after, or contiguous
+// (runs of matches, and of non-matches, each one piece).
+enum class SplitBehavior { isolated, removed, merged_with_previous, merged_with_next, contiguous };
 
 struct Range {
   std::uint32_t begin, end;  // byte offsets into the text, end exclusive
@@ -35,6 +38,8 @@ class PreTokenizer {
   virtual std::string_view pattern() const = 0;
   // What becomes of the regex's matches (a Split's behavior; the named ones isolate them).
   virtual SplitBehavior behavior() const { return SplitBehavior::isolated; }
+  // Whether what the regex does not match is the delimiter (HF's Split `invert`).
+  virtual bool invert() const { return false; }
   // The splits it applies in turn: itself, or a sequence's steps.
   virtual std::vector<const PreTokenizer*> steps() const { return {this}; }
 };
@@ -55,7 +60,25 @@ Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name);
 
 // From a regex: a known pattern gets its fast scanner, any other runs through ICU.
 Result<std::unique_ptr<PreTokenizer>> make_regex_pre_tokenizer(
-    std::string_view pattern, SplitBehavior behavior = SplitBehavior::isolated);
+    std::string_view pattern, SplitBehavior behavior = SplitBehavior::isolated, bool invert = false);
+
+// HF's character-class pre-tokenizers. Each character the class holds is a match of its
+// own (HF's `split` by a char predicate), handled as `behavior` says:
+//   punctuation: ASCII punctuation (symbols such as $ + < = > ^ ` | ~ included) or \p{P}
+//                (HF's Punctuation; default behavior isolated);
+//   numeric:     \p{N} (HF's Digits: isolated with individual_digits, else contiguous);
+//   whitespace:  White_Space (HF's WhitespaceSplit: removed);
+//   delimiter:   the code point `delimiter` (HF's CharDelimiterSplit: removed).
+// pattern() gives the same split as a regex, for the ICU engine to check and for saving.
+enum class CharSplit { punctuation, numeric, whitespace, delimiter };
+std::unique_ptr<PreTokenizer> make_char_split_pre_tokenizer(CharSplit kind, SplitBehavior behavior,
+                                                            char32_t delimiter = 0);
+
+// `inner` applied to the byte-level text of each piece (every byte shown as the character
+// GPT-2's mapping gives it), its pieces mapped back to byte offsets: what a split placed
+// after HF's ByteLevel pre-tokenizer sees. A space is `Ġ` there, and a byte 0xA1 inside a
+// character is `¡`, a punctuation mark.
+std::unique_ptr<PreTokenizer> make_byte_level_view(std::unique_ptr<PreTokenizer> inner);
 
 // Splits applied in turn, each to every piece of the one before (HF's Sequence of Split
 // pre-tokenizers; llama.cpp's lists of regexes): deepseek-coder, falcon. One step is
@@ -63,6 +86,6 @@ Result<std::unique_ptr<PreTokenizer>> make_regex_pre_tokenizer(
 std::unique_ptr<PreTokenizer> make_sequence_pre_tokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps);
 // Always the ICU engine (the reference the fast scanners are tested against).
 Result<std::unique_ptr<PreTokenizer>> make_icu_regex_pre_tokenizer(
-    std::string_view pattern, SplitBehavior behavior = SplitBehavior::isolated);
+    std::string_view pattern, SplitBehavior behavior = SplitBehavior::isolated, bool invert = false);
 
 }  // namespace lmp::tok
