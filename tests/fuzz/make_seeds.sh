@@ -26,6 +26,19 @@ txt=$data/tiny.txt
 "$bin/tok-train" -q -m unigram -V 500 --normalization identity -o "$tmp/unigram.json" "$txt"
 cp "$data/tiny.json" "$tmp/bpe.json" "$tmp/bpe_llama3.json" "$tmp/wp.json" "$tmp/spbpe.json" \
    "$tmp/unigram.json" "$out/tokenizer_json/"
+# The character-class pre-tokenizers, and splits after ByteLevel (Falcon's Sequence, more).
+python3 - "$tmp/bpe_llama3.json" "$out/tokenizer_json/bpe_char_splits.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1], encoding="utf-8"))
+t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+    {"type": "Punctuation", "behavior": "Contiguous"},
+    {"type": "WhitespaceSplit"},
+    {"type": "CharDelimiterSplit", "delimiter": "x"},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+    {"type": "Digits", "individual_digits": False},
+    {"type": "Split", "pattern": {"Regex": "\u0120"}, "behavior": "MergedWithNext", "invert": True}]}
+json.dump(t, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
+PY
 cp "$tmp/vocab.txt" "$out/vocab_txt/"
 { cat "$tmp/vocab.json"; printf '\0'; cat "$tmp/merges.txt"; } > "$out/gpt2_files/gpt2"
 cp "$tmp/spbpe.model" "$tmp/unigram.model" "$out/sentencepiece/"

@@ -773,3 +773,76 @@ TEST_CASE("tokenizer.json: a Sequence of several Splits applies them in turn and
   REQUIRE(reloaded.ok());
   CHECK(to_tokenizer_json(**reloaded) == again);
 }
+
+TEST_CASE("tokenizer.json: HF's character-class pre-tokenizers load, and bad forms are located errors", "[tok][pre]") {
+  auto t = small_tokenizer("gpt2", true);
+  const std::string j = to_tokenizer_json(*t);
+  const auto a = j.find(R"("pre_tokenizer":)"), b = j.find(R"(,"post_processor")");
+  REQUIRE(a != std::string::npos);
+  REQUIRE(b != std::string::npos);
+  auto with_pre = [&](const std::string& pre) {
+    std::string k = j;
+    k.replace(a, b - a, R"("pre_tokenizer":)" + pre);
+    return load_tokenizer_json(k, "pre.json");
+  };
+  const std::string bl = R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true})";
+  auto ids_of = [](const Tokenizer& tk, std::string_view text) {
+    std::vector<TokenId> ids;
+    Session session(tk);
+    tk.encode(text, ids, session);
+    return ids;
+  };
+  // StarCoder's form: every digit a token of its own, and the text decodes back.
+  auto star = with_pre(R"({"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":true},)" + bl + "]}");
+  INFO((star.ok() ? std::string() : star.error().message));
+  REQUIRE(star.ok());
+  auto ids = ids_of(**star, "x 2024 y");
+  std::size_t digits = 0;
+  for (TokenId id : ids) digits += (*star)->token_string(id).size() == 1 && std::isdigit((*star)->token_string(id)[0]);
+  CHECK(digits == 4);
+  std::string back;
+  REQUIRE((*star)->decode(ids.data(), ids.size(), back).ok());
+  CHECK(back == "x 2024 y");
+  // Falcon's form loads; its steps after ByteLevel are views of byte-level characters.
+  auto falcon = with_pre(R"({"type":"Sequence","pretokenizers":[{"type":"Punctuation","behavior":"Contiguous"},)" + bl +
+                         R"(,{"type":"Digits","individual_digits":false},{"type":"Split","pattern":{"Regex":)"
+                         R"("[0-9][0-9][0-9]"},"behavior":"Isolated","invert":false}]})");
+  REQUIRE(falcon.ok());
+  auto steps = (*falcon)->pre_tokenizer()->steps();
+  REQUIRE(steps.size() == 4);
+  CHECK(steps[0]->name() == "punctuation");
+  CHECK(steps[0]->behavior() == SplitBehavior::contiguous);
+  CHECK(steps[1]->name() == "gpt2");
+  CHECK(steps[2]->name() == "byte-level digits");
+  CHECK(steps[3]->name() == "byte-level regex");
+  // WhitespaceSplit drops the spaces: no token holds one.
+  auto ws = with_pre(R"({"type":"Sequence","pretokenizers":[{"type":"WhitespaceSplit"},)" + bl + "]}");
+  REQUIRE(ws.ok());
+  for (TokenId id : ids_of(**ws, "a b\tc")) CHECK((*ws)->token_string(id).find("\xc4\xa0") == std::string::npos);
+  // Written back, invert and Contiguous survive (as Split steps).
+  auto inv = with_pre(R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"\\d+"},)"
+                      R"("behavior":"Contiguous","invert":true},)" + bl + "]}");
+  REQUIRE(inv.ok());
+  const std::string again = to_tokenizer_json(**inv);
+  CHECK_THAT(again, Catch::Contains(R"("behavior":"Contiguous","invert":true)"));
+  auto reloaded = load_tokenizer_json(again, "again.json");
+  REQUIRE(reloaded.ok());
+  CHECK(ids_of(**reloaded, "ab12 cd") == ids_of(**inv, "ab12 cd"));
+
+  // Errors name the place and the form.
+  auto err = [&](const std::string& pre) {
+    auto r = with_pre(pre);
+    REQUIRE_FALSE(r.ok());
+    return r.error().message;
+  };
+  CHECK_THAT(err(R"({"type":"CharDelimiterSplit","delimiter":"ab"})"),
+             Catch::Contains("pre.json:") && Catch::Contains("delimiter of one character"));
+  CHECK_THAT(err(R"({"type":"Punctuation","behavior":"Sideways"})"), Catch::Contains("split behavior 'Sideways'"));
+  CHECK_THAT(err(R"({"type":"UnicodeScripts"})"),
+             Catch::Contains("'UnicodeScripts' is not supported") && Catch::Contains("Digits"));
+  CHECK_THAT(err(R"({"type":"Sequence","pretokenizers":[{"type":"Digits"},)"
+                 R"({"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true}]})"),
+             Catch::Contains("add_prefix_space after another pre-tokenizer"));
+  CHECK_THAT(err(R"({"type":"Sequence","pretokenizers":[)" + bl + "," + bl + "]}"),
+             Catch::Contains("a second ByteLevel"));
+}
