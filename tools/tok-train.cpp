@@ -87,6 +87,7 @@ const char* kExamples =
     "  tok-train --vocab-size 32000 --pre-tokenizer llama3 --special-token '<|endoftext|>' \\\n"
     "            --initial-alphabet bytes -j 2 -o tok.json en.txt zh.txt\n"
     "  tok-train --vocab-size 50000 --format gpt2 -o out/tokenizer.json corpus.txt  # + vocab.json, merges.txt\n"
+    "  tok-train --vocab-size 32000 --split-digits -o code.json code.txt  # digits never merged (StarCoder)\n"
     "  # map-reduce: count shards anywhere, then train on the counts\n"
     "  ls shards/* | parallel tok-train count -o {}.counts {}\n"
     "  tok-train --vocab-size 32000 -o tok.json shards/*.counts\n"
@@ -221,7 +222,9 @@ int main(int argc, char** argv) {
   app.add_option("--character-coverage", o.character_coverage,
                  "sp-bpe: keep the most frequent characters covering this share of the text (0.9995)")
       ->check(cli::Range(0.5, 1.0));
-  app.add_flag("--split-digits", o.split_digits, "sp-bpe, unigram: every digit a piece of its own");
+  app.add_flag("--split-digits", o.split_digits,
+               "every digit a piece of its own (bpe: HF's Digits pre-tokenizer before the split, as StarCoder; "
+               "sp-bpe, unigram: spm's split_digits)");
   app.add_option("--user-defined-symbol", o.user_defined,
                  "sp-bpe, unigram: a piece matched whole in the text and never trained into (repeatable)")
       ->allow_extra_args(false);
@@ -268,6 +271,7 @@ int main(int argc, char** argv) {
   count->add_option("-m,--model", o.model, "as for training (wordpiece: BERT normalization and split)")
       ->check(CLI::IsMember({"bpe", "wordpiece"}));
   count->add_flag("--cased", o.cased, "as for training");
+  count->add_flag("--split-digits", o.split_digits, "as for training");
   count->add_option("-j,--threads", o.threads, "counting threads")->check(cli::Range(1, 256));
 
   cli::ToolSpec spec{
@@ -300,11 +304,12 @@ int main(int argc, char** argv) {
                               " or an HF tokenizer.json (*.json)");
       return train_sp(o, t0);
     }
-    if (app.count("--character-coverage") || o.split_digits || o.no_byte_fallback || app.count("--normalization") ||
+    if (app.count("--character-coverage") || o.no_byte_fallback || app.count("--normalization") ||
         !o.user_defined.empty() || !o.control.empty())
       throw cli::UsageError(
-          "--character-coverage, --split-digits, --no-byte-fallback, --normalization, --user-defined-symbol and "
+          "--character-coverage, --no-byte-fallback, --normalization, --user-defined-symbol and "
           "--control-symbol are for -m sp-bpe and unigram");
+    if (o.split_digits && wordpiece(o)) throw cli::UsageError("--split-digits is for -m bpe, sp-bpe and unigram");
     if (wordpiece(o)) {
       if (app.count("--pre-tokenizer") || count->count("--pre-tokenizer"))
         throw cli::UsageError("WordPiece uses the BERT split; --pre-tokenizer is for -m bpe");
@@ -313,6 +318,8 @@ int main(int argc, char** argv) {
       o.pre_tokenizer = o.cased ? "bert-cased" : "bert";
     } else if (app.count("--algo") || o.cased) {
       throw cli::UsageError("--algo and --cased are for -m wordpiece");
+    } else if (o.split_digits) {
+      o.pre_tokenizer += "+digits";  // (so a count file records it too)
     }
     tok::WordCountMap counts;
     std::string pre_name;

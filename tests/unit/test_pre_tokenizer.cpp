@@ -238,3 +238,21 @@ TEST_CASE("a split after ByteLevel sees byte-level characters", "[tok][pre]") {
   auto digits = make_byte_level_view(make_char_split_pre_tokenizer(CharSplit::numeric, SplitBehavior::isolated));
   CHECK(pieces(*digits, "x 12\xc3\xa9") == Pieces{"x ", "1", "2", "\xc3\xa9"});
 }
+
+TEST_CASE("NAME+digits: every digit split off first, then the named split", "[tok][pre]") {
+  auto p = make_pre_tokenizer("gpt2+digits");
+  REQUIRE(p.ok());
+  // Digits first: the space before a number is left alone, as StarCoder's Sequence has it.
+  CHECK(pieces(**p, "in 2024, x42") == Pieces{"in", " ", "2", "0", "2", "4", ",", " x", "4", "2"});
+  REQUIRE((*p)->steps().size() == 2);
+  CHECK((*p)->steps()[0]->name() == "digits");
+  CHECK((*p)->steps()[1]->name() == "gpt2");
+  CHECK(make_pre_tokenizer("llama3+digits").ok());
+  auto bad = make_pre_tokenizer("nope+digits");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::Contains("unknown pre-tokenizer 'nope'"));
+  // The digits split written back as a Split on \p{N} loads to the fast scanner again.
+  auto again = make_regex_pre_tokenizer(R"(\p{N})", SplitBehavior::contiguous);
+  REQUIRE(again.ok());
+  CHECK((*again)->name() == "digits");
+}

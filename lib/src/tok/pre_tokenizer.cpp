@@ -607,6 +607,14 @@ std::unique_ptr<PreTokenizer> make_sequence_pre_tokenizer(std::vector<std::uniqu
 }
 
 Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name) {
+  constexpr std::string_view kDigits = "+digits";
+  if (name.size() > kDigits.size() && name.substr(name.size() - kDigits.size()) == kDigits) {
+    LMP_ASSIGN(auto base, make_pre_tokenizer(name.substr(0, name.size() - kDigits.size())));
+    std::vector<std::unique_ptr<PreTokenizer>> steps;
+    steps.push_back(make_char_split_pre_tokenizer(CharSplit::numeric, SplitBehavior::isolated));
+    steps.push_back(std::move(base));
+    return make_sequence_pre_tokenizer(std::move(steps));
+  }
   if (name == "gpt2")
     return std::unique_ptr<PreTokenizer>(
         new ScannerPreTokenizer("gpt2", std::string(kGpt2Pattern), match_gpt2));
@@ -620,7 +628,8 @@ Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name) 
   if (name == "metaspace-words") return std::unique_ptr<PreTokenizer>(new MetaspaceWords());
   if (name == "metaspace") return std::unique_ptr<PreTokenizer>(new MetaspaceSplit());
   return make_error(Errc::invalid_argument,
-                    "unknown pre-tokenizer '{}' (known: gpt2, cl100k, llama3, o200k, whitespace, bert, none)",
+                    "unknown pre-tokenizer '{}' (known: gpt2, cl100k, llama3, o200k, whitespace, bert, none, "
+                    "each with +digits)",
                     name);
 }
 
@@ -635,6 +644,8 @@ std::unique_ptr<PreTokenizer> make_byte_level_view(std::unique_ptr<PreTokenizer>
 
 Result<std::unique_ptr<PreTokenizer>> make_regex_pre_tokenizer(std::string_view pattern,
                                                                SplitBehavior behavior, bool invert) {
+  if (!invert && pattern == R"(\p{N})")  // lmpipe's own digits split, written back
+    return make_char_split_pre_tokenizer(CharSplit::numeric, behavior);
   if (behavior == SplitBehavior::isolated && !invert) {
     if (pattern == kGpt2Pattern) return make_pre_tokenizer("gpt2");
     if (pattern == kCl100kPattern) return make_pre_tokenizer("cl100k");

@@ -1372,21 +1372,44 @@ void append_pre_json(std::string& o, const Tokenizer& t) {
     byte_level(false);
     return;
   }
-  o += R"({"type":"Sequence","pretokenizers":[)";
-  for (const PreTokenizer* step : p->steps()) {
-    if (step->name() == "whitespace") {
+  // A gpt2 split just before the views of byte-level text (or last) is ByteLevel's own
+  // regex; the views go after ByteLevel; "none" adds no step.
+  std::vector<const PreTokenizer*> steps = p->steps();
+  auto view = [](const PreTokenizer* q) { return q->name().substr(0, 11) == "byte-level "; };
+  std::size_t n_before = 0;
+  while (n_before < steps.size() && !view(steps[n_before])) ++n_before;
+  bool use_regex = n_before > 0 && steps[n_before - 1]->name() == "gpt2";
+  auto step_json = [&](const PreTokenizer* step) {
+    std::string_view n = step->name();
+    if (n.substr(0, 11) == "byte-level ") n.remove_prefix(11);
+    if (n == "none") return;
+    static constexpr const char* kBehavior[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
+                                                "Contiguous"};
+    const char* behavior = kBehavior[static_cast<int>(step->behavior())];
+    if (n == "whitespace") {
       o += R"({"type":"Whitespace"})";
+    } else if (n == "whitespace-split" && step->behavior() == SplitBehavior::removed) {
+      o += R"({"type":"WhitespaceSplit"})";
+    } else if (n == "punctuation") {
+      o += fmt::format(R"({{"type":"Punctuation","behavior":"{}"}})", behavior);
+    } else if (n == "digits" && !step->invert() &&
+               (step->behavior() == SplitBehavior::isolated || step->behavior() == SplitBehavior::contiguous)) {
+      o += fmt::format(R"({{"type":"Digits","individual_digits":{}}})", step->behavior() == SplitBehavior::isolated);
     } else {
       o += R"({"type":"Split","pattern":{"Regex":)";
       json::append_string(o, step->pattern());
-      static constexpr const char* kBehavior[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
-                                                  "Contiguous"};
-      o += fmt::format(R"(}},"behavior":"{}","invert":{}}})", kBehavior[static_cast<int>(step->behavior())],
-                       step->invert());
+      o += fmt::format(R"(}},"behavior":"{}","invert":{}}})", behavior, step->invert());
     }
     o += ",";
+  };
+  o += R"({"type":"Sequence","pretokenizers":[)";
+  for (std::size_t i = 0; i + (use_regex ? 1 : 0) < n_before; ++i) step_json(steps[i]);
+  byte_level(use_regex);
+  if (n_before < steps.size()) {
+    o += ",";
+    for (std::size_t i = n_before; i < steps.size(); ++i) step_json(steps[i]);
+    o.pop_back();  // the last comma
   }
-  byte_level(false);
   o += "]}";
 }
 

@@ -55,6 +55,8 @@ inline constexpr std::string_view kWhitespacePattern = R"(\w+|[^\w\s]+)";
 
 // By name: gpt2, cl100k, llama3 (the same split as cl100k), o200k, whitespace, bert
 // (HF's BertPreTokenizer: whitespace removed, each punctuation character isolated), none.
+// NAME+digits first splits off every \p{N} character on its own (HF's Digits with
+// individual_digits, before the split, as StarCoder has it), then splits as NAME.
 Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name);
 
 
