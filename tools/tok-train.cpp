@@ -57,7 +57,11 @@ Status gather(const Options& o, tok::WordCountMap& counts, std::string& pre_name
       if (file_pre != o.pre_tokenizer)
         return make_error(Errc::invalid_argument, "{}: counted with --pre-tokenizer {}, training with {}{}",
                           reader->name(), file_pre, o.pre_tokenizer,
-                          file_pre.substr(0, 4) == "bert" || wordpiece(o) ? " (bert: -m wordpiece; bert-cased: --cased)" : "");
+                          file_pre.substr(0, 4) == "bert" || wordpiece(o) ? " (bert: -m wordpiece; bert-cased: --cased)"
+                          : file_pre.find("+digits") != std::string::npos ||
+                                  o.pre_tokenizer.find("+digits") != std::string::npos
+                              ? " (+digits: --split-digits)"
+                              : "");
       bytes += all.size();
       continue;
     }

@@ -256,3 +256,19 @@ TEST_CASE("NAME+digits: every digit split off first, then the named split", "[to
   REQUIRE(again.ok());
   CHECK((*again)->name() == "digits");
 }
+
+TEST_CASE("a view of a sequence is a sequence of views, and ASCII pieces skip the mapping only where it cannot matter",
+          "[tok][pre]") {
+  std::vector<std::unique_ptr<PreTokenizer>> steps;
+  steps.push_back(make_char_split_pre_tokenizer(CharSplit::punctuation, SplitBehavior::isolated));
+  steps.push_back(make_char_split_pre_tokenizer(CharSplit::whitespace, SplitBehavior::removed));
+  auto view = make_byte_level_view(make_sequence_pre_tokenizer(std::move(steps)));
+  auto names = view->steps();
+  REQUIRE(names.size() == 2);
+  CHECK(names[0]->name() == "byte-level punctuation");
+  CHECK(names[1]->name() == "byte-level whitespace-split");
+  // ASCII with spaces: punctuation splits as on the raw text, but the space is Ġ, no
+  // whitespace, so it is kept.
+  CHECK(pieces(*view, "a, b") == Pieces{"a", ",", " b"});
+  CHECK(pieces(*view, "x\xc2\xa1y") == Pieces{"x\xc2", "\xa1", "y"});  // ¡ (C2 A1): Â then ¡
+}

@@ -386,7 +386,8 @@ class CharSplitPreTokenizer final : public PreTokenizer {
   }
   void split(std::string_view s, std::vector<Range>& out) const override {
     Text t(s);
-    std::vector<Segment> segs;
+    thread_local std::vector<Segment> segs;  // (a leaf split: never re-entered)
+    segs.clear();
     std::uint32_t pos = 0;  // start of the run of non-matching characters
     for (std::size_t i = 0; i < t.size();) {
       At a = t.at(i);
@@ -404,6 +405,7 @@ class CharSplitPreTokenizer final : public PreTokenizer {
   std::string_view name() const override { return name_; }
   std::string_view pattern() const override { return pattern_; }
   SplitBehavior behavior() const override { return behavior_; }
+  CharSplit kind() const { return kind_; }
 
  private:
   bool holds(At a) const {
@@ -427,19 +429,31 @@ class CharSplitPreTokenizer final : public PreTokenizer {
 class ByteLevelView final : public PreTokenizer {
  public:
   explicit ByteLevelView(std::unique_ptr<PreTokenizer> inner)
-      : inner_(std::move(inner)), name_("byte-level " + std::string(inner_->name())) {}
+      : inner_(std::move(inner)), name_("byte-level " + std::string(inner_->name())) {
+    auto* c = dynamic_cast<const CharSplitPreTokenizer*>(inner_.get());
+    ascii_same_ = c && (c->kind() == CharSplit::numeric || c->kind() == CharSplit::punctuation);
+  }
   void split(std::string_view s, std::vector<Range>& out) const override {
-    // Bytes '!'..'~' are their own characters: such a piece is its own view.
+    // Bytes '!'..'~' are their own characters: such a piece is its own view. For digits
+    // and punctuation any ASCII piece is: the other ASCII bytes (space, controls) become
+    // letters (Ā … Ġ, ġ), no more digits or punctuation than they were.
     bool same = true;
-    for (unsigned char c : s) same = same && c >= 0x21 && c <= 0x7E;
+    if (ascii_same_) {
+      for (unsigned char c : s) same = same && c < 0x80;
+    } else {
+      for (unsigned char c : s) same = same && c >= 0x21 && c <= 0x7E;
+    }
     if (same) {
       inner_->split(s, out);
       return;
     }
-    std::string view;
-    std::vector<std::uint32_t> back;  // view offset → offset in s, at each character start
-    view.reserve(s.size() * 2);
-    back.reserve(s.size() * 2 + 1);
+    // (Its inner split is a leaf, so these are never in use twice on a thread.)
+    thread_local std::string view;
+    thread_local std::vector<std::uint32_t> back;  // view offset → offset in s, at each character start
+    thread_local std::vector<Range> part;
+    view.clear();
+    back.clear();
+    part.clear();
     for (std::size_t i = 0; i < s.size(); ++i) {
       std::uint32_t cp = byte_to_unicode(static_cast<unsigned char>(s[i]));
       std::size_t at = view.size();
@@ -448,7 +462,6 @@ class ByteLevelView final : public PreTokenizer {
       back[at] = static_cast<std::uint32_t>(i);
     }
     back.push_back(static_cast<std::uint32_t>(s.size()));
-    std::vector<Range> part;
     inner_->split(view, part);
     for (const Range r : part) out.push_back({back[r.begin], back[r.end]});
   }
@@ -460,6 +473,7 @@ class ByteLevelView final : public PreTokenizer {
  private:
   std::unique_ptr<PreTokenizer> inner_;
   std::string name_;
+  bool ascii_same_ = false;
 };
 
 // ---- ICU regex engine ------------------------------------------------------------
@@ -517,7 +531,8 @@ class IcuRegexPreTokenizer final : public PreTokenizer {
     uregex_setUText(re, ut, &st);
     LMP_ASSERT(U_SUCCESS(st));
     // The matches and the text between them, as HF's find_matches gives them.
-    std::vector<Segment> segs;
+    thread_local std::vector<Segment> segs;  // (a leaf split: never re-entered)
+    segs.clear();
     std::uint32_t pos = 0;
     while (uregex_findNext(re, &st)) {
       auto b = static_cast<std::uint32_t>(uregex_start64(re, 0, &st));
@@ -572,7 +587,10 @@ class SequencePreTokenizer final : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
   void split(std::string_view text, std::vector<Range>& out) const override {
-    std::vector<Range> cur, next, part;
+    // Steps are leaves (make_sequence_pre_tokenizer flattens), so a thread's buffers are
+    // never in use twice.
+    thread_local std::vector<Range> cur, next, part;
+    cur.clear();
     steps_[0]->split(text, cur);
     for (std::size_t k = 1; k < steps_.size(); ++k) {
       next.clear();
@@ -589,10 +607,10 @@ class SequencePreTokenizer final : public PreTokenizer {
   std::string_view pattern() const override { return ""; }
   std::vector<const PreTokenizer*> steps() const override {
     std::vector<const PreTokenizer*> v;
-    for (const auto& s : steps_)
-      for (const PreTokenizer* p : s->steps()) v.push_back(p);
+    for (const auto& s : steps_) v.push_back(s.get());
     return v;
   }
+  std::vector<std::unique_ptr<PreTokenizer>> take_steps() { return std::move(steps_); }
 
  private:
   std::vector<std::unique_ptr<PreTokenizer>> steps_;
@@ -602,8 +620,17 @@ class SequencePreTokenizer final : public PreTokenizer {
 
 std::unique_ptr<PreTokenizer> make_sequence_pre_tokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps) {
   LMP_ASSERT(!steps.empty());
-  if (steps.size() == 1) return std::move(steps[0]);
-  return std::unique_ptr<PreTokenizer>(new SequencePreTokenizer(std::move(steps)));
+  // Flat: a sequence among the steps gives its own steps.
+  std::vector<std::unique_ptr<PreTokenizer>> flat;
+  for (auto& step : steps) {
+    if (auto* seq = dynamic_cast<SequencePreTokenizer*>(step.get())) {
+      for (auto& inner : seq->take_steps()) flat.push_back(std::move(inner));
+    } else {
+      flat.push_back(std::move(step));
+    }
+  }
+  if (flat.size() == 1) return std::move(flat[0]);
+  return std::unique_ptr<PreTokenizer>(new SequencePreTokenizer(std::move(flat)));
 }
 
 Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name) {
@@ -639,6 +666,12 @@ std::unique_ptr<PreTokenizer> make_char_split_pre_tokenizer(CharSplit kind, Spli
 }
 
 std::unique_ptr<PreTokenizer> make_byte_level_view(std::unique_ptr<PreTokenizer> inner) {
+  if (auto* seq = dynamic_cast<SequencePreTokenizer*>(inner.get())) {  // views of its steps
+    std::vector<std::unique_ptr<PreTokenizer>> steps;
+    for (auto& step : seq->take_steps()) steps.push_back(make_byte_level_view(std::move(step)));
+    return make_sequence_pre_tokenizer(std::move(steps));
+  }
+  LMP_ASSERT(dynamic_cast<ByteLevelView*>(inner.get()) == nullptr);  // (no view of a view)
   return std::unique_ptr<PreTokenizer>(new ByteLevelView(std::move(inner)));
 }
 

@@ -79,7 +79,8 @@ std::unique_ptr<PreTokenizer> make_char_split_pre_tokenizer(CharSplit kind, Spli
 // `inner` applied to the byte-level text of each piece (every byte shown as the character
 // GPT-2's mapping gives it), its pieces mapped back to byte offsets: what a split placed
 // after HF's ByteLevel pre-tokenizer sees. A space is `Ġ` there, and a byte 0xA1 inside a
-// character is `¡`, a punctuation mark.
+// character is `¡`, a punctuation mark. A sequence gives a sequence of views; `inner` must
+// not be a view itself.
 std::unique_ptr<PreTokenizer> make_byte_level_view(std::unique_ptr<PreTokenizer> inner);
 
 // Splits applied in turn, each to every piece of the one before (HF's Sequence of Split
