@@ -365,24 +365,16 @@ class CharSplitPreTokenizer final : public PreTokenizer {
  public:
   CharSplitPreTokenizer(CharSplit kind, SplitBehavior b, char32_t delimiter)
       : kind_(kind), behavior_(b), delimiter_(delimiter) {
-    switch (kind) {
-      case CharSplit::punctuation:
-        name_ = "punctuation";
-        pattern_ = R"([\p{P}\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}])";
-        break;
-      case CharSplit::numeric:
-        name_ = "digits";
-        pattern_ = R"(\p{N})";
-        break;
-      case CharSplit::whitespace:
-        name_ = "whitespace-split";
-        pattern_ = R"(\s)";
-        break;
-      case CharSplit::delimiter:
-        name_ = "char-delimiter";
-        pattern_ = fmt::format(R"(\x{{{:X}}})", static_cast<std::uint32_t>(delimiter));
-        break;
-    }
+    // Name and the same split as a regex, by kind (the delimiter's regex is its code point).
+    static constexpr std::pair<const char*, const char*> kNames[] = {
+        {"punctuation", R"([\p{P}\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}])"},
+        {"digits", R"(\p{N})"},
+        {"whitespace-split", R"(\s)"},
+        {"char-delimiter", ""}};
+    const auto& [name, pattern] = kNames[static_cast<int>(kind)];
+    name_ = name;
+    pattern_ = kind == CharSplit::delimiter ? fmt::format(R"(\x{{{:X}}})", static_cast<std::uint32_t>(delimiter))
+                                            : std::string(pattern);
   }
   void split(std::string_view s, std::vector<Range>& out) const override {
     Text t(s);
