@@ -54,14 +54,13 @@ Status gather(const Options& o, tok::WordCountMap& counts, std::string& pre_name
       }
       std::string file_pre;
       LMP_TRY(tok::read_counts(all, reader->name(), counts, file_pre));
-      if (file_pre != o.pre_tokenizer)
+      if (file_pre != o.pre_tokenizer) {
+        const char* hint = "";
+        if (file_pre.substr(0, 4) == "bert" || wordpiece(o)) hint = " (bert: -m wordpiece; bert-cased: --cased)";
+        else if ((file_pre + o.pre_tokenizer).find("+digits") != std::string::npos) hint = " (+digits: --split-digits)";
         return make_error(Errc::invalid_argument, "{}: counted with --pre-tokenizer {}, training with {}{}",
-                          reader->name(), file_pre, o.pre_tokenizer,
-                          file_pre.substr(0, 4) == "bert" || wordpiece(o) ? " (bert: -m wordpiece; bert-cased: --cased)"
-                          : file_pre.find("+digits") != std::string::npos ||
-                                  o.pre_tokenizer.find("+digits") != std::string::npos
-                              ? " (+digits: --split-digits)"
-                              : "");
+                          reader->name(), file_pre, o.pre_tokenizer, hint);
+      }
       bytes += all.size();
       continue;
     }

@@ -836,6 +836,9 @@ TEST_CASE("tokenizer.json: HF's character-class pre-tokenizers load, and bad for
   auto reloaded = load_tokenizer_json(again, "again.json");
   REQUIRE(reloaded.ok());
   CHECK(ids_of(**reloaded, "ab12 cd") == ids_of(**inv, "ab12 cd"));
+  auto bert = with_pre(R"({"type":"Sequence","pretokenizers":[{"type":"BertPreTokenizer"},)" + bl + "]}");
+  REQUIRE(bert.ok());
+  CHECK_THAT(to_tokenizer_json(**bert), Catch::Contains(R"([{"type":"BertPreTokenizer"},{"type":"ByteLevel")"));
 
   // Errors name the place and the form.
   auto err = [&](const std::string& pre) {

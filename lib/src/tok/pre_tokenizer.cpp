@@ -219,8 +219,11 @@ class WhitespacePreTokenizer final : public PreTokenizer {
   std::string_view pattern() const override { return kWhitespacePattern; }
 };
 
-// ASCII punctuation as Rust's is_ascii_punctuation has it: symbols such as $ + < = > ^ ` | ~ too.
-bool is_ascii_punct(std::uint32_t c) {
+// HF's punctuation (BertPreTokenizer, Punctuation): ASCII punctuation as Rust's
+// is_ascii_punctuation has it (symbols such as $ + < = > ^ ` | ~ too), or \p{P}.
+bool is_hf_punct(At a) {
+  if (a.cp >= 0x80) return (a.cls & text::kPunct) != 0;
+  const std::uint32_t c = a.cp;
   return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
 }
 
@@ -237,7 +240,7 @@ class BertPreTokenizer final : public PreTokenizer {
     };
     while (i < t.size()) {
       At a = t.at(i);
-      bool punct = a.cp < 0x80 ? is_ascii_punct(a.cp) : (a.cls & text::kPunct) != 0;
+      bool punct = is_hf_punct(a);
       if (a.cls & kS) {
         flush(i);
         start = i + a.len;
@@ -402,8 +405,7 @@ class CharSplitPreTokenizer final : public PreTokenizer {
  private:
   bool holds(At a) const {
     switch (kind_) {
-      case CharSplit::punctuation:
-        return a.cp < 0x80 ? is_ascii_punct(a.cp) : (a.cls & text::kPunct) != 0;
+      case CharSplit::punctuation: return is_hf_punct(a);
       case CharSplit::numeric: return (a.cls & text::kNumber) != 0;
       case CharSplit::whitespace: return (a.cls & text::kSpace) != 0;
       case CharSplit::delimiter: return a.cp == delimiter_;

@@ -1388,6 +1388,8 @@ void append_pre_json(std::string& o, const Tokenizer& t) {
     const char* behavior = kBehavior[static_cast<int>(step->behavior())];
     if (n == "whitespace") {
       o += R"({"type":"Whitespace"})";
+    } else if (n == "bert") {
+      o += R"({"type":"BertPreTokenizer"})";
     } else if (n == "whitespace-split" && step->behavior() == SplitBehavior::removed) {
       o += R"({"type":"WhitespaceSplit"})";
     } else if (n == "punctuation") {
