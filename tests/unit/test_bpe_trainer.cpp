@@ -3,6 +3,8 @@
 #include <random>
 
 #include "lmpipe/tok/bpe_trainer.h"
+#include "lmpipe/tok/sp_trainer.h"
+#include "lmpipe/tok/wordpiece_trainer.h"
 
 using namespace lmp;
 using namespace lmp::tok;
@@ -124,6 +126,50 @@ TEST_CASE("count files round-trip and add up", "[tok][train]") {
   CHECK_FALSE(read_counts(wrong, "w", back, other).ok());
   CHECK_FALSE(read_counts("1\thello\n", "w", back, other).ok());
   CHECK_FALSE(read_counts("#lmpipe-counts v1 pre_tokenizer=gpt2\nx\thello\n", "w", back, other).ok());
+  // One word's count summed over its lines must fit in 64 bits.
+  WordCountMap big;
+  auto twice = read_counts("#lmpipe-counts v1 pre_tokenizer=gpt2\n18446744073709551615\thi\n1\thi\n", "b", big, other);
+  REQUIRE_FALSE(twice.ok());
+  CHECK(big["hi"] == 18446744073709551615ull);
+  CHECK_FALSE(read_counts("#lmpipe-counts v1 pre_tokenizer=gpt2\n18446744073709551616\thi\n", "b", big, other).ok());
+  CHECK_THAT(twice.error().message, Catch::Contains("b:3:") && Catch::Contains("overflows 64 bits"));
+}
+
+// Pair counts are int64 sums of count x occurrences: counts whose total could overflow
+// them are refused by every merge trainer (a fuzzer found the overflow).
+TEST_CASE("word counts too large for the merge loops are refused, not overflowed", "[tok][train]") {
+  WordCountMap wc;
+  for (int i = 0; i < 40; ++i) wc["ab" + std::to_string(i)] = 288888888888888888ull;
+  BpeTrainerConfig cfg;
+  cfg.vocab_size = 300;
+  TrainReport rep;
+  auto pre = make_pre_tokenizer("gpt2");
+  REQUIRE(pre.ok());
+  auto t = train_bpe(wc, cfg, std::move(pre).value(), rep);
+  REQUIRE_FALSE(t.ok());
+  CHECK_THAT(t.error().message, Catch::Contains("word counts too large"));
+  WordPieceTrainerConfig wcfg;
+  wcfg.vocab_size = 300;
+  wcfg.special_tokens = {"[UNK]"};
+  for (auto algo : {WordPieceAlgo::hf, WordPieceAlgo::likelihood}) {
+    wcfg.algo = algo;
+    auto w = train_wordpiece(wc, wcfg, rep);
+    REQUIRE_FALSE(w.ok());
+    CHECK_THAT(w.error().message, Catch::Contains("word counts too large"));
+  }
+  SpBpeTrainerConfig scfg;
+  scfg.vocab_size = 300;
+  SpTrainReport srep;
+  auto s = train_sp_bpe(wc, scfg, srep, {});
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.error().message, Catch::Contains("word counts too large"));
+  // The same words at counts that fit train.
+  for (auto& kv : wc) kv.second = 1000;
+  pre = make_pre_tokenizer("gpt2");
+  REQUIRE(pre.ok());
+  CHECK(train_bpe(wc, cfg, std::move(pre).value(), rep).ok());
+  CHECK(train_wordpiece(wc, wcfg, rep).ok());
+  CHECK(train_sp_bpe(wc, scfg, srep, {}).ok());
 }
 
 // HF keys its vocabulary by token text: a merge that builds the bytes of a special

@@ -105,14 +105,18 @@ Status read_counts(std::string_view text, const std::string& name, WordCountMap&
     std::uint64_t c = 0;
     for (char ch : line.substr(0, tab)) {
       if (ch < '0' || ch > '9') return make_error(Errc::parse, "{}:{}: invalid count", name, line_no);
-      if (c > (std::numeric_limits<std::uint64_t>::max() - 9) / 10)
+      auto d = static_cast<std::uint64_t>(ch - '0');
+      if (c > (std::numeric_limits<std::uint64_t>::max() - d) / 10)
         return make_error(Errc::parse, "{}:{}: count overflows 64 bits", name, line_no);
-      c = c * 10 + static_cast<std::uint64_t>(ch - '0');
+      c = c * 10 + d;
     }
     auto word = byte_level_to_bytes(line.substr(tab + 1));
     if (!word || word->empty())
       return make_error(Errc::parse, "{}:{}: word is not byte-level text", name, line_no);
-    counts[*word] += c;
+    auto& total = counts[*word];
+    if (total > std::numeric_limits<std::uint64_t>::max() - c)
+      return make_error(Errc::parse, "{}:{}: count of this word, summed over its lines, overflows 64 bits", name, line_no);
+    total += c;
   }
   return {};
 }
@@ -134,6 +138,25 @@ bool heap_less(const HeapEntry& x, const HeapEntry& y) {
 }
 
 }  // namespace
+
+std::int64_t word_count(std::uint64_t c) {
+  return static_cast<std::int64_t>(std::min<std::uint64_t>(c, std::uint64_t{1} << 62));
+}
+
+Status check_count_total(const MergeProblem& mp) {
+  constexpr std::uint64_t kLimit = std::uint64_t{1} << 61;
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < mp.words.size(); ++i) {
+    auto c = static_cast<std::uint64_t>(mp.wcount[i]);
+    std::uint64_t n = mp.words[i].size();
+    if (n != 0 && c > (kLimit - total) / n)
+      return make_error(Errc::out_of_range,
+                        "word counts too large: count x symbols, summed over the {} words, passes 2^61, where the "
+                        "64-bit pair counts of the merge loop could overflow", mp.words.size());
+    total += c * n;
+  }
+  return {};
+}
 
 // Replace each (a, b) in `w` by `repl`, recording pair count changes as HF's Word::merge.
 void merge_word(std::vector<TokenId>& w, TokenId a, TokenId b, TokenId repl, std::size_t max_len,
@@ -346,7 +369,7 @@ Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const B
   std::vector<std::vector<TokenId>> words(items.size());
   std::vector<std::int64_t> wcount(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
-    wcount[i] = static_cast<std::int64_t>(std::min<std::uint64_t>(items[i]->second, std::numeric_limits<std::int64_t>::max() / 4));
+    wcount[i] = word_count(items[i]->second);
     auto& w = words[i];
     w.reserve(items[i]->first.size());
     for (char ch : items[i]->first) {
@@ -361,6 +384,7 @@ Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const B
   MergeProblem mp{std::move(words), std::move(wcount), std::move(id_to_word), std::move(word_to_id), {}};
   mp.len.reserve(cfg.vocab_size + 256);
   for (const auto& w : mp.id_to_word) mp.len.push_back(static_cast<std::uint32_t>(w.size()));
+  LMP_TRY(check_count_total(mp));
   std::vector<std::pair<TokenId, TokenId>> merges = run_bpe_merges(
       mp, MergeLimits{cfg.vocab_size, cfg.min_frequency, cfg.max_token_length}, report, progress,
       [](const std::string& a, const std::string& b, std::string& out) {

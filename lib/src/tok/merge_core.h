@@ -44,6 +44,15 @@ using JoinFn = std::function<void(const std::string&, const std::string&, std::s
 // A new token's length, in the unit of max_token_length.
 using LenFn = std::function<std::uint32_t(const std::string&)>;
 
+// A word count as the merge loops hold it (clamped; check_count_total rejects a
+// total that large).
+std::int64_t word_count(std::uint64_t c);
+
+// The merge loops sum word counts into int64 pair and symbol counts, which a merge
+// moves up and down: refuse counts whose symbol occurrences, the sum over words of
+// count x symbols, reach 2^61.
+Status check_count_total(const MergeProblem& p);
+
 // Merge until the vocabulary is full, no pair is left, or the best pair occurs fewer
 // than min_frequency times; returns the merges in order (report: stop reason, count).
 std::vector<std::pair<TokenId, TokenId>> run_bpe_merges(MergeProblem& p, const MergeLimits& lim, TrainReport& report,

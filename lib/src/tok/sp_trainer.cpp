@@ -82,6 +82,9 @@ std::vector<Piece> head_pieces(const SpBpeTrainerConfig& cfg) {
 // The characters a model keeps: the most frequent (weighted by word counts) up to
 // cfg.character_coverage of all occurrences, and ▁ always; by frequency. Fills the
 // coverage part of the report; an error when they and `head` pieces overflow the vocabulary.
+// The most that character and symbol occurrences may total (check_count_total).
+constexpr std::uint64_t kCountLimit = std::uint64_t{1} << 61;
+
 Result<std::vector<std::pair<std::string, std::uint64_t>>> kept_characters(const WordCountMap& counts,
                                                                           const SpBpeTrainerConfig& cfg,
                                                                           std::size_t head, SpTrainReport& report) {
@@ -91,6 +94,10 @@ Result<std::vector<std::pair<std::string, std::uint64_t>>> kept_characters(const
     const auto* p = reinterpret_cast<const unsigned char*>(w.data());
     for (std::size_t i = 0; i < w.size();) {
       std::size_t n = text::decode_utf8(p, w.size(), i).len;
+      if (c > kCountLimit - total)
+        return make_error(Errc::out_of_range,
+                          "word counts too large: count x characters, summed over the words, passes 2^61, where "
+                          "the 64-bit counts of the merge loop could overflow");
       freq[w.substr(i, n)] += c;
       total += c;
       i += n;
@@ -339,7 +346,7 @@ Result<std::string> train_sp_bpe(const WordCountMap& counts, const SpBpeTrainerC
       if (it == mp.word_to_id.end()) {
         if (w.size() > 1) {
           mp.words.push_back(std::move(w));
-          mp.wcount.push_back(static_cast<std::int64_t>(std::min<std::uint64_t>(kv->second, std::numeric_limits<std::int64_t>::max() / 4)));
+          mp.wcount.push_back(word_count(kv->second));
         }
         w.clear();
       } else {
@@ -349,9 +356,10 @@ Result<std::string> train_sp_bpe(const WordCountMap& counts, const SpBpeTrainerC
     }
     if (w.size() > 1) {
       mp.words.push_back(std::move(w));
-      mp.wcount.push_back(static_cast<std::int64_t>(std::min<std::uint64_t>(kv->second, std::numeric_limits<std::int64_t>::max() / 4)));
+      mp.wcount.push_back(word_count(kv->second));
     }
   }
+  LMP_TRY(check_count_total(mp));
   report.words = items.size();
   report.alphabet = kept;
   std::size_t target = cfg.vocab_size - head.size();  // characters + merges

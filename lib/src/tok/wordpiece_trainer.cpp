@@ -91,7 +91,7 @@ Status prepare(const WordCountMap& counts, const WordPieceTrainerConfig& cfg, Me
   mp.wcount.resize(items.size());
   std::string s;
   for (std::size_t i = 0; i < items.size(); ++i) {
-    mp.wcount[i] = static_cast<std::int64_t>(std::min<std::uint64_t>(items[i]->second, std::numeric_limits<std::int64_t>::max() / 4));
+    mp.wcount[i] = word_count(items[i]->second);
     chars_of(items[i]->first, cs);
     auto& w = mp.words[i];
     for (std::size_t k = 0; k < cs.size(); ++k) {
@@ -103,7 +103,7 @@ Status prepare(const WordCountMap& counts, const WordPieceTrainerConfig& cfg, Me
     }
   }
   report.words = items.size();
-  return {};
+  return check_count_total(mp);
 }
 
 void join_pieces(const std::string& prefix, const std::string& a, const std::string& b, std::string& out) {
