@@ -44,10 +44,7 @@ cp "$tmp/vocab.txt" "$out/vocab_txt/"
 cp "$tmp/spbpe.model" "$tmp/unigram.model" "$out/sentencepiece/"
 "$bin/tok-train" count -q -o "$out/counts/gpt2.counts" "$txt"
 "$bin/tok-train" count -q -P whitespace -o "$out/counts/whitespace.counts" "$txt"
-# Counts near the 64-bit limit, whose pair sums the trainers must refuse, not overflow.
-{ echo '#lmpipe-counts v1 pre_tokenizer=gpt2'
-  for w in ab abc bab ca abababababababababababababababababababababababababababababababab; do
-    printf '288888888888888888\t%s\n' "$w"; done; } > "$out/counts/huge.counts"
+"$bin/tok-train" count -q -m wordpiece -o "$out/counts/bert.counts" "$txt"
 
 # A tiktoken rank file: the byte-level BPE's tokens, base64, by rank.
 python3 - "$tmp/bpe.json" "$out/tiktoken/tiny.tiktoken" <<'PY'
