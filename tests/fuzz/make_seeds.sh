@@ -39,6 +39,20 @@ t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
     {"type": "Split", "pattern": {"Regex": "\u0120"}, "behavior": "MergedWithNext", "invert": True}]}
 json.dump(t, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
 PY
+# A chain of normalizers (every step type), in a byte-level and a WordPiece file.
+python3 - "$tmp/bpe.json" "$tmp/wp.json" "$out/tokenizer_json" <<'PY'
+import json, sys
+chain = {"type": "Sequence", "normalizers": [
+    {"type": "NFD"}, {"type": "Lowercase"}, {"type": "StripAccents"},
+    {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "},
+    {"type": "Replace", "pattern": {"String": "ab"}, "content": "AB!"},
+    {"type": "Strip", "strip_left": True, "strip_right": False}, {"type": "NFKC"},
+    {"type": "Prepend", "prepend": "> "}, {"type": "BertNormalizer", "lowercase": False}]}
+for src, name in ((sys.argv[1], "bpe_normalizers.json"), (sys.argv[2], "wp_normalizers.json")):
+    t = json.load(open(src, encoding="utf-8"))
+    t["normalizer"] = chain
+    json.dump(t, open(sys.argv[3] + "/" + name, "w", encoding="utf-8"), ensure_ascii=False)
+PY
 cp "$tmp/vocab.txt" "$out/vocab_txt/"
 { cat "$tmp/vocab.json"; printf '\0'; cat "$tmp/merges.txt"; } > "$out/gpt2_files/gpt2"
 cp "$tmp/spbpe.model" "$tmp/unigram.model" "$out/sentencepiece/"

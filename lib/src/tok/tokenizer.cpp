@@ -41,6 +41,7 @@ Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vect
       pre_(std::move(spec.pre)),
       norm_(spec.norm),
       bert_(spec.bert),
+      chain_(std::move(spec.normalizer)),
       prefix_space_(spec.prefix_space),
       metaspace_(spec.metaspace),
       metaspace_if_missing_(spec.metaspace_if_missing),
@@ -386,9 +387,11 @@ std::string_view Tokenizer::normalize_segment(std::string_view seg, bool at_star
     }
     return s.norm_;
   }
-  if (norm_ != Normalization::none || (prefix_space_ && seg[0] != ' ')) {
+  if (chain_ || norm_ != Normalization::none || (prefix_space_ && seg[0] != ' ')) {
     auto form = norm_ == Normalization::nfc ? text::NormalForm::nfc : text::NormalForm::nfkc;
-    if (norm_ == Normalization::none) {
+    if (chain_) {
+      chain_->apply(seg, s.norm_, src);
+    } else if (norm_ == Normalization::none) {
       s.norm_.assign(seg);
       if (src) identity_sources(seg.size(), *src);
     } else if (src) {

@@ -184,23 +184,87 @@ Status parse_pre_step(json::Value v, PreSpec& spec) {
                     v.where(), type);
 }
 
-Result<Normalization> parse_normalizer(json::Value v) {
-  if (v.is_null()) return Normalization::none;
+text::BertNormalization parse_bert_normalizer(json::Value v) {
+  text::BertNormalization b;
+  auto flag = [&](const char* k, bool dflt) { return v.get(k).is_bool() ? v.get(k).boolean() : dflt; };
+  b.clean_text = flag("clean_text", true);
+  b.chinese_chars = flag("handle_chinese_chars", true);
+  b.lowercase = flag("lowercase", true);
+  b.strip_accents = flag("strip_accents", b.lowercase);  // null: follows lowercase
+  return b;
+}
+
+// The steps of a normalizer, a Sequence flattened.
+Status normalizer_steps(json::Value v, std::vector<NormStep>& out) {
+  if (v.is_null()) return {};
+  if (!v.is_object()) return make_error(Errc::parse, "{}: a normalizer must be an object", v.where());
   std::string_view type = v.get("type").str();
-  if (type == "NFC") return Normalization::nfc;
-  if (type == "NFKC") return Normalization::nfkc;
+  using K = NormStep::Kind;
+  NormStep st;
+  auto flag = [&](const char* k, bool dflt) { return v.get(k).is_bool() ? v.get(k).boolean() : dflt; };
+  auto string_of = [&](const char* k) -> Result<std::string> {
+    if (!v.get(k).is_string()) return make_error(Errc::parse, "{}: {} needs a string '{}'", v.where(), type, k);
+    return std::string(v.get(k).str());
+  };
   if (type == "Sequence") {
     json::Value list = v.get("normalizers");
-    Normalization n = Normalization::none;
-    for (std::size_t i = 0; list.is_array() && i < list.size(); ++i) {
-      LMP_ASSIGN(Normalization k, parse_normalizer(list[i]));
-      if (k != Normalization::none && n != Normalization::none)
-        return make_error(Errc::unsupported, "{}: more than one normalizer", v.where());
-      if (k != Normalization::none) n = k;
-    }
-    return n;
+    if (!list.is_array()) return make_error(Errc::parse, "{}: a Sequence needs a 'normalizers' array", v.where());
+    for (std::size_t i = 0; i < list.size(); ++i) LMP_TRY(normalizer_steps(list[i], out));
+    return {};
   }
-  return make_error(Errc::unsupported, "{}: normalizer type '{}' is not supported", v.where(), type);
+  if (type == "NFC") st.kind = K::nfc;
+  else if (type == "NFD") st.kind = K::nfd;
+  else if (type == "NFKC") st.kind = K::nfkc;
+  else if (type == "NFKD") st.kind = K::nfkd;
+  else if (type == "Lowercase") st.kind = K::lowercase;
+  else if (type == "StripAccents") st.kind = K::strip_accents;
+  else if (type == "Strip") {
+    st.kind = K::strip;
+    st.left = flag("strip_left", true);
+    st.right = flag("strip_right", true);
+  } else if (type == "Prepend") {
+    st.kind = K::prepend;
+    LMP_ASSIGN(st.content, string_of("prepend"));
+  } else if (type == "Replace") {
+    st.kind = K::replace;
+    json::Value pat = v.get("pattern");
+    if (pat.get("String").is_string()) {
+      st.pattern = std::string(pat.get("String").str());
+    } else if (pat.get("Regex").is_string()) {
+      st.pattern = std::string(pat.get("Regex").str());
+      st.regex = true;
+    } else {
+      return make_error(Errc::parse, "{}: Replace needs a pattern {{\"String\": …}} or {{\"Regex\": …}}", v.where());
+    }
+    LMP_ASSIGN(st.content, string_of("content"));
+  } else if (type == "BertNormalizer") {
+    st.kind = K::bert;
+    st.bert = parse_bert_normalizer(v);
+  } else {
+    return make_error(Errc::unsupported,
+                      "{}: normalizer type '{}' is not supported here (NFC, NFD, NFKC, NFKD, Lowercase, "
+                      "StripAccents, Strip, Replace, Prepend, BertNormalizer and Sequence are)",
+                      v.where(), type);
+  }
+  out.push_back(std::move(st));
+  return {};
+}
+
+// The normalizer of a byte-level BPE or WordPiece file into `spec`: one Unicode form or a
+// BertNormalizer alone as before (their own fast paths), any other chain as a Normalizer.
+Status parse_normalizer(json::Value v, TokenizerSpec& spec) {
+  std::vector<NormStep> steps;
+  LMP_TRY(normalizer_steps(v, steps));
+  if (steps.empty()) return {};
+  if (steps.size() == 1 && steps[0].kind == NormStep::Kind::nfc) spec.norm = Normalization::nfc;
+  else if (steps.size() == 1 && steps[0].kind == NormStep::Kind::nfkc) spec.norm = Normalization::nfkc;
+  else if (steps.size() == 1 && steps[0].kind == NormStep::Kind::bert) spec.bert = steps[0].bert;
+  else {
+    auto n = Normalizer::create(std::move(steps));
+    if (!n.ok()) return with_context(std::move(n).error(), v.where());
+    spec.normalizer = std::move(n).value();
+  }
+  return {};
 }
 
 Result<std::vector<AddedToken>> parse_added(json::Value list) {
@@ -794,9 +858,9 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
                       "{}: this BPE is not byte-level (SentencePiece style, '▁' and byte fallback); "
                       "only byte-level BPE (GPT-2, Llama-3, Qwen) is supported",
                       name);
-  LMP_ASSIGN(Normalization norm, parse_normalizer(root.get("normalizer")));
+  TokenizerSpec tspec;  // the normalizer, the post-processor: template (--add-special) and trim_offsets
+  LMP_TRY(parse_normalizer(root.get("normalizer"), tspec));
   LMP_ASSIGN(auto added, parse_added(root.get("added_tokens")));
-  TokenizerSpec tspec;  // the post-processor: template (--add-special) and trim_offsets
   LMP_TRY(parse_template(root.get("post_processor"), tspec));
 
   json::Value vocab = model.get("vocab");
@@ -838,7 +902,6 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
   }
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
   tspec.pre = std::move(spec.pre);
-  tspec.norm = norm;
   tspec.prefix_space = spec.prefix_space;
   return std::make_unique<Tokenizer>(std::make_unique<BpeModel>(std::move(built).value()), std::move(tspec),
                                      std::move(added), std::move(info));
@@ -864,16 +927,6 @@ void bert_template(const WordPieceModel& m, TokenizerSpec& spec) {
     spec.template_prefix = {cls};
     spec.template_suffix = {sep};
   }
-}
-
-Result<text::BertNormalization> parse_bert_normalizer(json::Value v) {
-  text::BertNormalization b;
-  auto flag = [&](const char* k, bool dflt) { return v.get(k).is_bool() ? v.get(k).boolean() : dflt; };
-  b.clean_text = flag("clean_text", true);
-  b.chinese_chars = flag("handle_chinese_chars", true);
-  b.lowercase = flag("lowercase", true);
-  b.strip_accents = flag("strip_accents", b.lowercase);  // null: follows lowercase
-  return b;
 }
 
 // The sequence template of a post_processor (TemplateProcessing or BertProcessing).
@@ -943,12 +996,7 @@ Result<std::unique_ptr<Tokenizer>> load_wordpiece_json(json::Value root, const s
   auto wp = std::make_unique<WordPieceModel>(std::move(built).value());
 
   TokenizerSpec spec;
-  json::Value norm = root.get("normalizer");
-  if (norm.is_object() && norm.get("type").str() == "BertNormalizer") {
-    LMP_ASSIGN(spec.bert, parse_bert_normalizer(norm));
-  } else {
-    LMP_ASSIGN(spec.norm, parse_normalizer(norm));
-  }
+  LMP_TRY(parse_normalizer(root.get("normalizer"), spec));
   PreSpec pre;
   pre.allow_byte_level = false;
   LMP_TRY(parse_pre_step(root.get("pre_tokenizer"), pre));
@@ -1354,6 +1402,50 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, const
 
 namespace {
 
+// One split step as HF's pre-tokenizer type (a view of byte-level text as the split it
+// applies); false, writing nothing, for "none".
+bool append_split_json(std::string& o, const PreTokenizer& step) {
+  std::string_view n = step.name();
+  if (n.substr(0, 11) == "byte-level ") n.remove_prefix(11);
+  if (n == "none") return false;
+  static constexpr const char* kBehavior[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
+                                              "Contiguous"};
+  const char* behavior = kBehavior[static_cast<int>(step.behavior())];
+  if (n == "whitespace") {
+    o += R"({"type":"Whitespace"})";
+  } else if (n == "bert") {
+    o += R"({"type":"BertPreTokenizer"})";
+  } else if (n == "whitespace-split" && step.behavior() == SplitBehavior::removed) {
+    o += R"({"type":"WhitespaceSplit"})";
+  } else if (n == "punctuation") {
+    o += fmt::format(R"({{"type":"Punctuation","behavior":"{}"}})", behavior);
+  } else if (n == "digits" && !step.invert() &&
+             (step.behavior() == SplitBehavior::isolated || step.behavior() == SplitBehavior::contiguous)) {
+    o += fmt::format(R"({{"type":"Digits","individual_digits":{}}})", step.behavior() == SplitBehavior::isolated);
+  } else {
+    o += R"({"type":"Split","pattern":{"Regex":)";
+    json::append_string(o, step.pattern());
+    o += fmt::format(R"(}},"behavior":"{}","invert":{}}})", behavior, step.invert());
+  }
+  return true;
+}
+
+// The normalizer: a chain, a BertNormalizer, one Unicode form or null.
+void append_normalizer_json(std::string& o, const Tokenizer& t) {
+  if (const Normalizer* n = t.normalizer()) {
+    o += n->to_json();
+  } else if (const auto& b = t.bert_normalization()) {
+    o += fmt::format(R"({{"type":"BertNormalizer","clean_text":{},"handle_chinese_chars":{},"strip_accents":{},"lowercase":{}}})",
+                     b->clean_text, b->chinese_chars, b->strip_accents, b->lowercase);
+  } else if (t.normalization() == Normalization::nfc) {
+    o += R"({"type":"NFC"})";
+  } else if (t.normalization() == Normalization::nfkc) {
+    o += R"({"type":"NFKC"})";
+  } else {
+    o += "null";
+  }
+}
+
 void append_pre_json(std::string& o, const Tokenizer& t) {
   const PreTokenizer* p = t.pre_tokenizer();
   std::string_view name = p ? p->name() : "none";
@@ -1380,29 +1472,7 @@ void append_pre_json(std::string& o, const Tokenizer& t) {
   while (n_before < steps.size() && !view(steps[n_before])) ++n_before;
   bool use_regex = n_before > 0 && steps[n_before - 1]->name() == "gpt2";
   auto step_json = [&](const PreTokenizer* step) {
-    std::string_view n = step->name();
-    if (n.substr(0, 11) == "byte-level ") n.remove_prefix(11);
-    if (n == "none") return;
-    static constexpr const char* kBehavior[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
-                                                "Contiguous"};
-    const char* behavior = kBehavior[static_cast<int>(step->behavior())];
-    if (n == "whitespace") {
-      o += R"({"type":"Whitespace"})";
-    } else if (n == "bert") {
-      o += R"({"type":"BertPreTokenizer"})";
-    } else if (n == "whitespace-split" && step->behavior() == SplitBehavior::removed) {
-      o += R"({"type":"WhitespaceSplit"})";
-    } else if (n == "punctuation") {
-      o += fmt::format(R"({{"type":"Punctuation","behavior":"{}"}})", behavior);
-    } else if (n == "digits" && !step->invert() &&
-               (step->behavior() == SplitBehavior::isolated || step->behavior() == SplitBehavior::contiguous)) {
-      o += fmt::format(R"({{"type":"Digits","individual_digits":{}}})", step->behavior() == SplitBehavior::isolated);
-    } else {
-      o += R"({"type":"Split","pattern":{"Regex":)";
-      json::append_string(o, step->pattern());
-      o += fmt::format(R"(}},"behavior":"{}","invert":{}}})", behavior, step->invert());
-    }
-    o += ",";
+    if (append_split_json(o, *step)) o += ",";
   };
   o += R"({"type":"Sequence","pretokenizers":[)";
   for (std::size_t i = 0; i + (use_regex ? 1 : 0) < n_before; ++i) step_json(steps[i]);
@@ -1439,15 +1509,19 @@ std::string wordpiece_tokenizer_json(const Tokenizer& t) {
   o.reserve(t.vocab_size() * 24);
   append_json_head(o, t);
   o += R"(],"normalizer":)";
-  if (const auto& b = t.bert_normalization()) {
-    o += fmt::format(R"({{"type":"BertNormalizer","clean_text":{},"handle_chinese_chars":{},"strip_accents":{},"lowercase":{}}})",
-                     b->clean_text, b->chinese_chars, b->strip_accents, b->lowercase);
-  } else {
-    o += "null";
-  }
+  append_normalizer_json(o, t);
   o += R"(,"pre_tokenizer":)";
-  std::string_view pre = t.pre_tokenizer() ? t.pre_tokenizer()->name() : "none";
-  o += pre == "bert" ? R"({"type":"BertPreTokenizer"})" : pre == "whitespace" ? R"({"type":"Whitespace"})" : "null";
+  std::vector<const PreTokenizer*> steps;
+  if (t.pre_tokenizer()) steps = t.pre_tokenizer()->steps();
+  std::string parts;
+  std::size_t n_parts = 0;
+  for (const PreTokenizer* step : steps)
+    if (append_split_json(parts, *step)) {
+      parts += ",";
+      ++n_parts;
+    }
+  if (!parts.empty()) parts.pop_back();
+  o += n_parts == 0 ? "null" : n_parts == 1 ? parts : R"({"type":"Sequence","pretokenizers":[)" + parts + "]}";
   o += R"(,"post_processor":)";
   if (t.template_prefix().size() == 1 && t.template_suffix().size() == 1) {
     std::string cls = t.token_string(t.template_prefix()[0]), sep = t.token_string(t.template_suffix()[0]);
@@ -1500,11 +1574,7 @@ std::string to_tokenizer_json(const Tokenizer& t) {
   o.reserve(t.vocab_size() * 40);
   append_json_head(o, t);
   o += R"(],"normalizer":)";
-  switch (t.normalization()) {
-    case Normalization::none: o += "null"; break;
-    case Normalization::nfc: o += R"({"type":"NFC"})"; break;
-    case Normalization::nfkc: o += R"({"type":"NFKC"})"; break;
-  }
+  append_normalizer_json(o, t);
   o += R"(,"pre_tokenizer":)";
   append_pre_json(o, t);
   o += R"(,"post_processor":null,"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},)";

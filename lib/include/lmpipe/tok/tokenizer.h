@@ -17,6 +17,7 @@
 #include "lmpipe/text/unicode.h"
 #include "lmpipe/tok/bpe.h"
 #include "lmpipe/tok/model.h"
+#include "lmpipe/tok/normalizer.h"
 #include "lmpipe/tok/pre_tokenizer.h"
 #include "lmpipe/tok/sentencepiece.h"
 #include "lmpipe/tok/types.h"
@@ -48,6 +49,8 @@ struct TokenizerSpec {
   std::unique_ptr<PreTokenizer> pre;
   Normalization norm = Normalization::none;
   std::optional<text::BertNormalization> bert;  // HF's BertNormalizer (instead of `norm`)
+  // Any other chain of HF normalizers (instead of `norm` and `bert`).
+  std::shared_ptr<const Normalizer> normalizer;
   bool prefix_space = false;
   // HF's SentencePiece-style normalizer (Prepend "▁", Replace " " → "▁"): every
   // non-empty segment gets a leading ▁ and its spaces become ▁.
@@ -168,6 +171,7 @@ class Tokenizer {
   const Model& model() const { return *model_; }
   const BpeModel* bpe() const { return bpe_; }  // the model, when it is byte-level BPE
   const std::optional<text::BertNormalization>& bert_normalization() const { return bert_; }
+  const Normalizer* normalizer() const { return chain_.get(); }
   Decoder decoder() const { return decoder_; }
   const PreTokenizer* pre_tokenizer() const { return pre_.get(); }
   const std::vector<AddedToken>& added_tokens() const { return added_; }
@@ -206,6 +210,7 @@ class Tokenizer {
   std::unique_ptr<PreTokenizer> pre_;
   Normalization norm_ = Normalization::none;
   std::optional<text::BertNormalization> bert_;
+  std::shared_ptr<const Normalizer> chain_;
   bool prefix_space_ = false;
   bool metaspace_ = false;
   bool metaspace_if_missing_ = false;
