@@ -5,6 +5,7 @@
 
 #include "lmpipe/tok/normalizer.h"
 #include "lmpipe/tok/tokenizer.h"
+#include "lmpipe/tok/wordpiece_trainer.h"
 #include "tok_fixtures.h"
 
 using namespace lmp;
@@ -135,4 +136,41 @@ TEST_CASE("tokenizer.json: a normalizer chain loads, encodes and is written back
   auto badre = load_tokenizer_json(with_norm(R"({"type":"Replace","pattern":{"Regex":"("},"content":"x"})"), "r.json");
   REQUIRE_FALSE(badre.ok());
   CHECK_THAT(badre.error().message, Catch::Contains("r.json") && Catch::Contains("invalid regex"));
+}
+
+TEST_CASE("WordPiece tokenizer.json: its normalizer and pre-tokenizer steps are written back", "[tok][normalizer][wordpiece]") {
+  WordPieceTrainerConfig cfg;
+  cfg.special_tokens = {"[UNK]", "[CLS]", "[SEP]"};
+  cfg.vocab_size = 120;
+  TrainReport rep;
+  auto trained = train_wordpiece(WordCountMap{{"hello", 5}, {"world", 4}, {"12", 3}, {",", 2}}, cfg, rep);
+  REQUIRE(trained.ok());
+  std::string j = to_tokenizer_json(*trained.value());
+  // The value of "key", up to the key written after it.
+  auto swap_in = [&](const std::string& key, const std::string& next, const std::string& value) {
+    auto at = j.find("\"" + key + "\":");
+    auto end = j.find(",\"" + next + "\":");
+    REQUIRE((at != std::string::npos && end != std::string::npos));
+    auto v = at + key.size() + 3;
+    j.replace(v, end - v, value);
+  };
+  const std::string norm = R"({"type":"Sequence","normalizers":[{"type":"NFKC"},{"type":"Lowercase"}]})";
+  const std::string pre =
+      R"({"type":"Sequence","pretokenizers":[{"type":"WhitespaceSplit"},{"type":"Punctuation","behavior":"Isolated"},)"
+      R"({"type":"Digits","individual_digits":true}]})";
+  swap_in("normalizer", "pre_tokenizer", norm);
+  swap_in("pre_tokenizer", "post_processor", pre);
+  auto loaded = load_tokenizer_json(j, "wp.json");
+  REQUIRE(loaded.ok());
+  std::string w = to_tokenizer_json(*loaded.value());
+  CHECK(w.find(R"("normalizer":)" + norm) != std::string::npos);
+  CHECK(w.find(R"("pre_tokenizer":)" + pre) != std::string::npos);
+  auto again = load_tokenizer_json(w, "w.json");
+  REQUIRE(again.ok());
+  Session s1(*loaded.value()), s2(*again.value());
+  std::vector<TokenId> a, b;
+  loaded.value()->encode("ＨＥＬＬＯ, world 12", a, s1, false);
+  again.value()->encode("ＨＥＬＬＯ, world 12", b, s2, false);
+  CHECK(a == b);
+  CHECK(a.size() == 5);  // hello , world 1 2
 }
