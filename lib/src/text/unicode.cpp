@@ -1,5 +1,7 @@
 #include "lmpipe/text/unicode.h"
 
+#include <algorithm>
+
 #include <unicode/uchar.h>
 #include <unicode/unorm2.h>
 #include <unicode/uscript.h>
@@ -414,6 +416,13 @@ void aligned_by_pieces(std::string_view s, const UNormalizer2* n, NormalForm dec
 }
 
 }  // namespace
+
+SourceSpan source_of(const std::vector<SourceSpan>& src, std::uint32_t b, std::uint32_t e) {
+  if (src.empty()) return {0, 0};
+  if (b >= src.size()) return {src.back().end, src.back().end};
+  if (e <= b) return {src[b].begin, src[b].begin};
+  return {src[b].begin, std::max(src[b].begin, src[std::min<std::size_t>(e, src.size()) - 1].end)};
+}
 
 void normalize_aligned(std::string_view s, NormalForm form, std::string& out, std::vector<SourceSpan>& src) {
   NormalForm decomposed = form == NormalForm::nfc || form == NormalForm::nfd ? NormalForm::nfd : NormalForm::nfkd;

@@ -184,20 +184,8 @@ void Normalizer::apply(std::string_view in, std::string& out, std::vector<Source
       case NormStep::Kind::replace: replace(cur, st, finders_[i].get(), o); break;
       case NormStep::Kind::prepend: prepend(cur, st.content, o); break;
     }
-    if (src) {
-      // Compose: a byte from cur[b, e) came from the sources of those bytes.
-      for (auto& s : o.src) {
-        if (cur_src.empty()) {
-          s = {0, 0};
-        } else if (s.begin >= cur_src.size()) {
-          s = {cur_src.back().end, cur_src.back().end};
-        } else if (s.end <= s.begin) {
-          s = {cur_src[s.begin].begin, cur_src[s.begin].begin};
-        } else {
-          auto b = cur_src[s.begin].begin;
-          s = {b, std::max(b, cur_src[std::min<std::size_t>(s.end, cur_src.size()) - 1].end)};
-        }
-      }
+    if (src) {  // compose: a byte from cur[b, e) came from the sources of those bytes
+      for (auto& s : o.src) s = text::source_of(cur_src, s.begin, s.end);
       cur_src.swap(o.src);
     }
     cur.swap(o.text);

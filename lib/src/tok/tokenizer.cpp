@@ -258,10 +258,8 @@ void identity_sources(std::size_t n, std::vector<SourceSpan>& src) {
 // The source of the bytes [b, e) of a text whose bytes came from `src`; an empty span
 // sits where the byte at b came from (or after the last one).
 Range through(const std::vector<SourceSpan>& src, Range r) {
-  if (src.empty()) return {0, 0};
-  if (r.begin >= src.size()) return {src.back().end, src.back().end};
-  if (r.end <= r.begin) return {src[r.begin].begin, src[r.begin].begin};
-  return {src[r.begin].begin, std::max(src[r.begin].begin, src[std::min<std::size_t>(r.end, src.size()) - 1].end)};
+  SourceSpan s = text::source_of(src, r.begin, r.end);
+  return {s.begin, s.end};
 }
 
 // Bytes of the character at the start of `s` (1 for an invalid byte, 0 for empty).

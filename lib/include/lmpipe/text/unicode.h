@@ -102,6 +102,10 @@ struct SourceSpan {
   std::uint32_t begin, end;
 };
 
+// The source of the bytes [b, e) of a text whose bytes came from `src`; an empty range
+// sits where the byte at b came from (or after the last one).
+SourceSpan source_of(const std::vector<SourceSpan>& src, std::uint32_t b, std::uint32_t e);
+
 // normalize() and bert_normalize(), with the source of each output byte (`src`, one
 // entry per byte of `out`; the output is the same). The input is cut where the form
 // has a normalization boundary (a character that nothing before it combines with) and
