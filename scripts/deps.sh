@@ -45,6 +45,6 @@ lmp_test_peers() {
   lmp_install_deps sentencepiece python3-numpy python3-sentencepiece "$@"
   npm_dir=${LMPIPE_NPM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lmpipe-npm}
   lmp_install_npm "$npm_dir" @anush008/tokenizers@0.6.0 @huggingface/gguf@0.4.6 ||
-    echo "warning: npm could not install its peers; conformance.hf_load_trained, hf_offsets, hf_wordpiece_train and tensor_readers will be skipped" >&2
+    echo "warning: npm could not install its peers; the conformance tests against HF tokenizers (conformance.hf_*) and tensor_readers will be skipped" >&2
   export LMPIPE_NODE_PATH="$npm_dir/node_modules"
 }
