@@ -115,14 +115,23 @@ void prepend(std::string_view in, const std::string& prefix, StepOut& o) {
   o.copy(in, 0, in.size());
 }
 
-const char* form_name(NormStep::Kind k) {
-  switch (k) {
-    case NormStep::Kind::nfc: return "NFC";
-    case NormStep::Kind::nfd: return "NFD";
-    case NormStep::Kind::nfkc: return "NFKC";
-    case NormStep::Kind::nfkd: return "NFKD";
-    default: return "";
-  }
+// The four Unicode forms: their step kind, their form and their name in tokenizer.json.
+struct FormEntry {
+  NormStep::Kind kind;
+  text::NormalForm form;
+  std::string_view name;
+};
+constexpr FormEntry kForms[] = {
+    {NormStep::Kind::nfc, text::NormalForm::nfc, "NFC"},
+    {NormStep::Kind::nfd, text::NormalForm::nfd, "NFD"},
+    {NormStep::Kind::nfkc, text::NormalForm::nfkc, "NFKC"},
+    {NormStep::Kind::nfkd, text::NormalForm::nfkd, "NFKD"},
+};
+
+const FormEntry& form_of(NormStep::Kind k) {
+  for (const FormEntry& f : kForms)
+    if (f.kind == k) return f;
+  return kForms[0];  // (callers pass one of the four kinds)
 }
 
 }  // namespace
@@ -166,10 +175,7 @@ void Normalizer::apply(std::string_view in, std::string& out, std::vector<Source
       case NormStep::Kind::nfd:
       case NormStep::Kind::nfkc:
       case NormStep::Kind::nfkd: {
-        auto form = st.kind == NormStep::Kind::nfc   ? text::NormalForm::nfc
-                    : st.kind == NormStep::Kind::nfd ? text::NormalForm::nfd
-                    : st.kind == NormStep::Kind::nfkc ? text::NormalForm::nfkc
-                                                      : text::NormalForm::nfkd;
+        const text::NormalForm form = form_of(st.kind).form;
         if (src) text::normalize_aligned(cur, form, o.text, o.src);
         else o.text = text::normalize(cur, form);
         break;
@@ -190,8 +196,14 @@ void Normalizer::apply(std::string_view in, std::string& out, std::vector<Source
     }
     cur.swap(o.text);
   }
-  out.assign(cur);
-  if (src) src->assign(cur_src.begin(), cur_src.end());
+  out.swap(cur);  // (cur and cur_src are refilled on the next call)
+  if (src) src->swap(cur_src);
+}
+
+std::optional<NormStep::Kind> unicode_form_step(std::string_view hf_type) {
+  for (const FormEntry& f : kForms)
+    if (f.name == hf_type) return f.kind;
+  return std::nullopt;
 }
 
 std::string Normalizer::to_json() const {
@@ -202,7 +214,7 @@ std::string Normalizer::to_json() const {
       case NormStep::Kind::nfc:
       case NormStep::Kind::nfd:
       case NormStep::Kind::nfkc:
-      case NormStep::Kind::nfkd: o = fmt::format(R"({{"type":"{}"}})", form_name(st.kind)); break;
+      case NormStep::Kind::nfkd: o = fmt::format(R"({{"type":"{}"}})", form_of(st.kind).name); break;
       case NormStep::Kind::lowercase: o = R"({"type":"Lowercase"})"; break;
       case NormStep::Kind::strip_accents: o = R"({"type":"StripAccents"})"; break;
       case NormStep::Kind::strip: o = fmt::format(R"({{"type":"Strip","strip_left":{},"strip_right":{}}})", st.left, st.right); break;

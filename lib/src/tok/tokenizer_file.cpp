@@ -212,10 +212,7 @@ Status normalizer_steps(json::Value v, std::vector<NormStep>& out) {
     for (std::size_t i = 0; i < list.size(); ++i) LMP_TRY(normalizer_steps(list[i], out));
     return {};
   }
-  if (type == "NFC") st.kind = K::nfc;
-  else if (type == "NFD") st.kind = K::nfd;
-  else if (type == "NFKC") st.kind = K::nfkc;
-  else if (type == "NFKD") st.kind = K::nfkd;
+  if (auto form = unicode_form_step(type)) st.kind = *form;
   else if (type == "Lowercase") st.kind = K::lowercase;
   else if (type == "StripAccents") st.kind = K::strip_accents;
   else if (type == "Strip") {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,9 @@ struct NormStep {
   std::string content;               // replace: the replacement; prepend: the prefix
   text::BertNormalization bert;      // bert
 };
+
+// The step of a Unicode form by its tokenizer.json type ("NFC", "NFD", "NFKC", "NFKD").
+std::optional<NormStep::Kind> unicode_form_step(std::string_view hf_type);
 
 class Normalizer {
  public:
