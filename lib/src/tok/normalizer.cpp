@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "lmpipe/core/base64.h"
 #include "lmpipe/core/json.h"
 #include "lmpipe/tok/pre_tokenizer.h"
+#include "lmpipe/tok/sentencepiece.h"
 
 namespace lmp::tok {
 
@@ -151,6 +153,8 @@ Result<std::shared_ptr<const Normalizer>> Normalizer::create(std::vector<NormSte
         finder = std::move(f).value();
       }
     }
+    if (st.kind == NormStep::Kind::precompiled && !st.charsmap)
+      return make_error(Errc::parse, "normalizer step {}: Precompiled without a character map", i);
     n->finders_.push_back(std::move(finder));
   }
   n->steps_ = std::move(steps);
@@ -189,6 +193,7 @@ void Normalizer::apply(std::string_view in, std::string& out, std::vector<Source
       case NormStep::Kind::strip: strip(cur, st.left, st.right, o); break;
       case NormStep::Kind::replace: replace(cur, st, finders_[i].get(), o); break;
       case NormStep::Kind::prepend: prepend(cur, st.content, o); break;
+      case NormStep::Kind::precompiled: st.charsmap->apply_charsmap(cur, o.text, src ? &o.src : nullptr); break;
     }
     if (src) {  // compose: a byte from cur[b, e) came from the sources of those bytes
       for (auto& s : o.src) s = text::source_of(cur_src, s.begin, s.end);
@@ -234,6 +239,11 @@ std::string Normalizer::to_json() const {
         o = fmt::format(
             R"({{"type":"BertNormalizer","clean_text":{},"handle_chinese_chars":{},"strip_accents":{},"lowercase":{}}})",
             st.bert.clean_text, st.bert.chinese_chars, st.bert.strip_accents, st.bert.lowercase);
+        break;
+      case NormStep::Kind::precompiled:
+        o = R"({"type":"Precompiled","precompiled_charsmap":)";
+        json::append_string(o, base64_encode(st.charsmap->charsmap));
+        o += "}";
         break;
     }
     parts.push_back(std::move(o));

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "lmpipe/text/unicode.h"
+#include "lmpipe/core/base64.h"
 #include "lmpipe/core/double_array.h"
 #include "lmpipe/core/json.h"
 #include "lmpipe/tok/sp_charsmap.h"
@@ -221,26 +222,6 @@ void sp_count_words(std::string_view s, bool split_digits, WordCountMap& counts,
 }
 
 namespace {
-std::string base64(std::string_view in) {
-  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  std::size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    std::uint32_t v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) |
-                      static_cast<unsigned char>(in[i + 2]);
-    for (int k = 3; k >= 0; --k) out += t[(v >> (6 * k)) & 63];
-  }
-  if (i < in.size()) {
-    std::uint32_t v = static_cast<unsigned char>(in[i]) << 16;
-    if (i + 1 < in.size()) v |= static_cast<unsigned char>(in[i + 1]) << 8;
-    out += t[(v >> 18) & 63];
-    out += t[(v >> 12) & 63];
-    out += i + 1 < in.size() ? t[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
 // Everything of a SentencePiece-style HF tokenizer.json but its model: the unknown,
 // control and user-defined pieces as added tokens; SentencePiece's normalization in HF's
 // terms (the character map, ▁ always in front, spaces as ▁, no pre-tokenizer, so a line is
@@ -262,7 +243,7 @@ std::string hf_sp_json_head(const std::vector<Piece>& pieces, const SpBpeTrainer
   o += R"(],"normalizer":{"type":"Sequence","normalizers":[)";
   if (!cfg.normalizer.charsmap.empty()) {
     o += R"({"type":"Precompiled","precompiled_charsmap":)";
-    str(o, base64(cfg.normalizer.charsmap));
+    str(o, base64_encode(cfg.normalizer.charsmap));
     o += "},";
   }
   o += R"({"type":"Prepend","prepend":"▁"},{"type":"Replace","pattern":{"String":" "},"content":"▁"}]},)";

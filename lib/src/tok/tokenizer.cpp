@@ -160,7 +160,8 @@ void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Session
 }
 
 bool Tokenizer::metaspace_prepends(std::string_view in, bool at_start) const {
-  if (metaspace_never_ || (metaspace_first_ && !at_start)) return false;
+  // (Nothing is prepended to text the normalizers emptied, as HF's prepend does.)
+  if (in.empty() || metaspace_never_ || (metaspace_first_ && !at_start)) return false;
   // (HF's Metaspace prepends only when the text does not start with ▁ after replacing.)
   bool starts = !in.empty() && (in[0] == ' ' || in.substr(0, kMetaspace.size()) == kMetaspace);
   return !(metaspace_if_missing_ && starts);
@@ -290,6 +291,7 @@ void Tokenizer::token_spans(std::string_view piece, const TokenId* ids, std::siz
     int byte = -1;
     bool unknown = false;
   };
+  std::size_t pos = 0;  // where the next token's surface is looked for
   auto surface = [&](std::size_t k) -> Surface {
     TokenId id = ids[k];
     if (id < 0 || static_cast<std::size_t>(id) >= model_->vocab_size()) return {{}, -1, true};
@@ -315,6 +317,10 @@ void Tokenizer::token_spans(std::string_view piece, const TokenId* ids, std::siz
         SpPieceType type = sp.piece_type(id);
         if (type == SpPieceType::unknown) return {{}, -1, true};
         if (type == SpPieceType::byte) return {{}, byte_token_value(t)};
+        // HF's Unigram types no piece: with byte fallback, "<0xXX>" stands for its byte
+        // unless the text spells it out.
+        if (sp.hf() && sp.byte_fallback() && byte_token_value(t) >= 0 && piece.substr(pos, t.size()) != t)
+          return {{}, byte_token_value(t)};
         return {t};
       }
     }
@@ -329,9 +335,27 @@ void Tokenizer::token_spans(std::string_view piece, const TokenId* ids, std::siz
     if (su.unknown || su.text.empty()) return {std::string_view::npos, 0};
     return {piece.find(su.text, from), su.text.size()};
   };
-  std::size_t pos = 0;
+  // HF's Unigram gives every byte token of a fused run of unknown characters the whole
+  // run's span: `run` is where the current run of byte tokens starts in `spans`.
+  const auto* sp = model_->type() == ModelType::sentencepiece ? static_cast<const SentencePieceModel*>(model_.get())
+                                                               : nullptr;
+  const bool byte_runs = sp && sp->hf() && sp->byte_fallback();
+  constexpr std::size_t kNoRun = static_cast<std::size_t>(-1);
+  std::size_t run = kNoRun;
   for (std::size_t k = 0; k < n; ++k) {
     Surface su = surface(k);
+    if (byte_runs && su.byte >= 0) {
+      auto [q, len] = find(su, pos);
+      if (q != std::string_view::npos) {
+        if (run == kNoRun || q != pos) run = spans.size();
+        const std::uint32_t begin = run < spans.size() ? spans[run].begin : static_cast<std::uint32_t>(q);
+        pos = q + len;
+        spans.push_back({begin, static_cast<std::uint32_t>(pos)});
+        for (std::size_t j = run; j < spans.size(); ++j) spans[j].end = static_cast<std::uint32_t>(pos);
+        continue;
+      }
+    }
+    run = kNoRun;
     if (!su.unknown) {
       auto [q, len] = find(su, pos);
       if (q == std::string_view::npos) {  // not in the text (cannot happen for a model's own output)
@@ -370,7 +394,10 @@ std::string_view Tokenizer::normalize_segment(std::string_view seg, bool at_star
   if (metaspace_) {
     std::string_view in = seg;
     auto& in_src = s.piece_src_;
-    if (charsmap_) {
+    if (chain_) {  // HF's normalizers, then the Metaspace pre-tokenizer's ▁
+      chain_->apply(seg, s.mapped_, src ? &in_src : nullptr);
+      in = s.mapped_;
+    } else if (charsmap_) {
       charsmap_->apply_charsmap(seg, s.mapped_, src ? &in_src : nullptr);
       in = s.mapped_;
     } else if (src) {

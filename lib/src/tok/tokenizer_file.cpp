@@ -7,6 +7,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "lmpipe/core/base64.h"
 #include "lmpipe/core/io.h"
 #include "lmpipe/core/json.h"
 #include "lmpipe/core/mmap.h"
@@ -237,10 +238,18 @@ Status normalizer_steps(json::Value v, std::vector<NormStep>& out) {
   } else if (type == "BertNormalizer") {
     st.kind = K::bert;
     st.bert = parse_bert_normalizer(v);
+  } else if (type == "Precompiled") {
+    st.kind = K::precompiled;
+    LMP_ASSIGN(std::string text, string_of("precompiled_charsmap"));
+    std::string blob;
+    if (!base64_decode(text, blob)) return make_error(Errc::parse, "{}: precompiled_charsmap is not base64", v.where());
+    auto cm = std::make_shared<SpNormalizer>();
+    LMP_TRY(cm->load_charsmap(blob, v.where()));
+    st.charsmap = std::move(cm);
   } else {
     return make_error(Errc::unsupported,
                       "{}: normalizer type '{}' is not supported here (NFC, NFD, NFKC, NFKD, Lowercase, "
-                      "StripAccents, Strip, Replace, Prepend, BertNormalizer and Sequence are)",
+                      "StripAccents, Strip, Replace, Prepend, BertNormalizer, Precompiled and Sequence are)",
                       v.where(), type);
   }
   out.push_back(std::move(st));
@@ -675,7 +684,6 @@ Error locate_merge_error(Error e, std::size_t n_merges, Where&& where) {
 
 Result<std::unique_ptr<Tokenizer>> load_wordpiece_json(json::Value root, const std::string& name);
 Status parse_template(json::Value pp, TokenizerSpec& spec);
-bool b64_decode(std::string_view in, std::string& out);
 Result<std::unique_ptr<Tokenizer>> load_unigram_json(json::Value root, const std::string& name);
 
 
@@ -705,6 +713,45 @@ bool is_metaspace_pre(json::Value pre) {
   return pre.get("type").str() == "Metaspace";
 }
 
+// The normalizer and pre-tokenizer of a SentencePiece-style file (a Unigram model, or BPE
+// over ▁ text) into `spec`; `split` when a Metaspace pre-tokenizer splits words at ▁.
+// SentencePiece's own forms keep their fast paths: a Precompiled map (or none) with the
+// Metaspace pre-tokenizer, or with Prepend "▁" and Replace " " → "▁" and no
+// pre-tokenizer. Any other chain (transformers' current conversions: Precompiled, Strip
+// right, Replace " {2,}"; ALBERT's and XLNet's quotes, NFKD, StripAccents, Lowercase)
+// runs as a Normalizer, before the Metaspace pre-tokenizer or with none, where the model
+// reads the chain's text as it is.
+Status parse_sp_style_front(json::Value root, TokenizerSpec& spec, bool& split, std::string_view what) {
+  json::Value pre = root.get("pre_tokenizer");
+  std::vector<NormStep> steps;
+  LMP_TRY(normalizer_steps(root.get("normalizer"), steps));
+  using K = NormStep::Kind;
+  std::size_t k = !steps.empty() && steps[0].kind == K::precompiled ? 1 : 0;
+  auto is_prepend = [](const NormStep& st) { return st.kind == K::prepend && st.content == kMetaspace; };
+  auto is_replace = [](const NormStep& st) {
+    return st.kind == K::replace && !st.regex && st.pattern == " " && st.content == kMetaspace;
+  };
+  split = false;
+  if (pre.is_null() && steps.size() == k + 2 &&
+      ((is_prepend(steps[k]) && is_replace(steps[k + 1])) || (is_replace(steps[k]) && is_prepend(steps[k + 1])))) {
+    if (k) spec.charsmap = steps[0].charsmap;
+    spec.metaspace = true;
+    return {};
+  }
+  if (!pre.is_null() && !is_metaspace_pre(pre))
+    return make_error(Errc::unsupported, "{}: a {} tokenizer.json needs the Metaspace pre-tokenizer or none",
+                      pre.where(), what);
+  if (!pre.is_null()) LMP_TRY(parse_metaspace_pre(pre, spec, split));
+  if (spec.metaspace && steps.size() == k) {
+    if (k) spec.charsmap = steps[0].charsmap;
+  } else if (!steps.empty()) {
+    auto n = Normalizer::create(std::move(steps));
+    if (!n.ok()) return with_context(std::move(n).error(), root.get("normalizer").where());
+    spec.normalizer = std::move(n).value();
+  }
+  return {};
+}
+
 // Whether the decoder strips the leading space the metaspace normalization put there:
 // a Strip step (HF's SentencePiece-style chain), or a Metaspace decoder that prepends.
 // Without a decoder, as before: yes.
@@ -727,61 +774,30 @@ bool metaspace_decoder_strips(json::Value dec) {
   return false;
 }
 
-// HF's SentencePiece-style BPE (Mistral, converted Llama 2): byte fallback, or the
-// Prepend "▁" + Replace " " → "▁" normalizer.
+// HF's SentencePiece-style BPE (Mistral, converted Llama 2): byte fallback, a normalizer
+// that prepends ▁ or replaces with it, or the Metaspace pre-tokenizer.
 bool is_metaspace_bpe(json::Value root) {
   json::Value model = root.get("model");
   if (model.get("byte_fallback").is_bool() && model.get("byte_fallback").boolean()) return true;
   json::Value norm = root.get("normalizer");
-  json::Value list = norm.get("normalizers");
-  for (std::size_t i = 0; i < list.size(); ++i)
-    if (list[i].get("type").str() == "Prepend" && list[i].get("prepend").str() == kMetaspace) return true;
+  std::vector<json::Value> list;
+  if (norm.get("type").str() == "Sequence")
+    for (std::size_t i = 0; i < norm.get("normalizers").size(); ++i) list.push_back(norm.get("normalizers")[i]);
+  else
+    list.push_back(norm);
+  for (json::Value n : list) {
+    if (n.get("type").str() == "Prepend" && n.get("prepend").str() == kMetaspace) return true;
+    if (n.get("type").str() == "Replace" && n.get("content").str() == kMetaspace) return true;
+  }
   return is_metaspace_pre(root.get("pre_tokenizer"));
 }
 
 Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(const json::Document& doc, const std::string& name) {
   json::Value root = doc.root();
   json::Value model = root.get("model");
-  // The normalizer must be the metaspace one (anything else would silently differ).
-  json::Value norm = root.get("normalizer");
-  bool prepend = false, replace = false;
-  std::shared_ptr<SpNormalizer> charsmap;
-  std::vector<json::Value> list;
-  if (norm.get("type").str() == "Sequence")
-    for (std::size_t i = 0; i < norm.get("normalizers").size(); ++i) list.push_back(norm.get("normalizers")[i]);
-  else if (norm.is_object())
-    list.push_back(norm);
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    json::Value n = list[i];
-    std::string_view t = n.get("type").str();
-    if (t == "Precompiled" && i == 0 && n.get("precompiled_charsmap").is_string()) {
-      std::string blob;
-      if (!b64_decode(n.get("precompiled_charsmap").str(), blob))
-        return make_error(Errc::parse, "{}: precompiled_charsmap is not base64", n.where());
-      charsmap = std::make_shared<SpNormalizer>();
-      LMP_TRY(charsmap->load_charsmap(blob, n.where()));  // applied per grapheme cluster, as HF does
-    } else if (t == "Prepend" && n.get("prepend").str() == kMetaspace) prepend = true;
-    else if (t == "Replace" && n.get("pattern").get("String").str() == " " && n.get("content").str() == kMetaspace) replace = true;
-    else return make_error(Errc::unsupported, "{}: normalizer '{}' is not supported in a SentencePiece-style BPE", n.where(), t);
-  }
-  // Either the normalizers Prepend + Replace and no pre-tokenizer (older conversions), or
-  // the Metaspace pre-tokenizer and neither (newer ones: prepend_scheme "first").
-  json::Value pre = root.get("pre_tokenizer");
   TokenizerSpec spec;
   bool split = false;
-  if (prepend && replace) {
-    if (!pre.is_null())
-      return make_error(Errc::unsupported, "{}: a pre-tokenizer after the Prepend/Replace ▁ normalizers is not supported",
-                        pre.where());
-    spec.metaspace = true;
-  } else if (!prepend && !replace && is_metaspace_pre(pre)) {
-    LMP_TRY(parse_metaspace_pre(pre, spec, split));
-  } else {
-    return make_error(Errc::unsupported,
-                      "{}: a SentencePiece-style BPE needs the normalizers Prepend \"▁\" and Replace \" \" → \"▁\", "
-                      "or a Metaspace pre-tokenizer",
-                      norm.valid() ? norm.where() : name);
-  }
+  LMP_TRY(parse_sp_style_front(root, spec, split, "SentencePiece-style BPE"));
   spec.metaspace_strip = metaspace_decoder_strips(root.get("decoder"));
   json::Value vocab = model.get("vocab");
   if (!vocab.is_object()) return make_error(Errc::parse, "{}: model.vocab must be an object", model.where());
@@ -807,7 +823,6 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(const json::Document&
   auto bpe = std::make_unique<BpeModel>(std::move(built).value());
   auto flag = [&](const char* k) { return model.get(k).is_bool() && model.get(k).boolean(); };
   bpe->set_char_level(unk, flag("byte_fallback"), flag("fuse_unk"));
-  spec.charsmap = std::move(charsmap);
   // HF has no pre-tokenizer here: a line is one word. When no token holds ▁ after
   // another character, no merge crosses the start of a word, and encoding word by word
   // (through the piece cache) gives the same tokens.
@@ -1088,51 +1103,8 @@ Result<std::unique_ptr<Tokenizer>> load_unigram_json(json::Value root, const std
   auto sp = std::make_unique<SentencePieceModel>(std::move(m));
 
   TokenizerSpec spec;
-  // Normalizer: none, or a Precompiled character map (alone or first in a Sequence).
-  json::Value norm = root.get("normalizer");
-  std::vector<json::Value> steps;
-  if (norm.get("type").str() == "Sequence")
-    for (std::size_t i = 0; i < norm.get("normalizers").size(); ++i) steps.push_back(norm.get("normalizers")[i]);
-  else if (norm.is_object())
-    steps.push_back(norm);
-  bool prepend = false, replace = false;
-  for (json::Value n : steps) {
-    std::string_view t = n.get("type").str();
-    if (t == "Prepend" && n.get("prepend").str() == kMetaspace) {
-      prepend = true;
-      continue;
-    }
-    if (t == "Replace" && n.get("pattern").get("String").str() == " " && n.get("content").str() == kMetaspace) {
-      replace = true;
-      continue;
-    }
-    if (t != "Precompiled" || !n.get("precompiled_charsmap").is_string())
-      return make_error(Errc::unsupported, "{}: normalizer '{}' is not supported with a Unigram model", n.where(), t);
-    std::string blob;
-    if (!b64_decode(n.get("precompiled_charsmap").str(), blob))
-      return make_error(Errc::parse, "{}: precompiled_charsmap is not base64", n.where());
-    auto cm = std::make_shared<SpNormalizer>();
-    LMP_TRY(cm->load_charsmap(blob, n.where()));
-    spec.charsmap = std::move(cm);
-  }
-  json::Value pre = root.get("pre_tokenizer");
-  if (prepend && replace && pre.is_null()) {  // SentencePiece's form: ▁ always in front, a line is one lattice
-    spec.metaspace = true;
-    spec.decoder = Decoder::metaspace;
-    LMP_TRY(parse_template(root.get("post_processor"), spec));
-    LMP_ASSIGN(auto added0, parse_added(root.get("added_tokens")));
-    LMP_TRY(check_added_ids(added0, sp->vocab_size(), root.get("added_tokens").where()));
-    TokenizerInfo info0{name, "tokenizer.json", "none"};
-    return std::make_unique<Tokenizer>(std::move(sp), std::move(spec), std::move(added0), std::move(info0));
-  }
-  if (prepend || replace)
-    return make_error(Errc::unsupported, "{}: Prepend/Replace ▁ normalizers need both, and no pre-tokenizer", norm.where());
-  // Pre-tokenizer: Metaspace (▁ prepended by its scheme; split into words or not).
-  if (!is_metaspace_pre(pre))
-    return make_error(Errc::unsupported, "{}: a Unigram tokenizer.json needs the Metaspace pre-tokenizer",
-                      pre.valid() ? pre.where() : name);
   bool split = false;
-  LMP_TRY(parse_metaspace_pre(pre, spec, split));
+  LMP_TRY(parse_sp_style_front(root, spec, split, "Unigram"));
   spec.metaspace_strip = metaspace_decoder_strips(root.get("decoder"));
   if (split) {
     LMP_ASSIGN(spec.pre, make_pre_tokenizer("metaspace"));
@@ -1191,39 +1163,6 @@ Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const std::string& vocab_path
 
 namespace {
 
-int b64_value(unsigned char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
-}
-
-bool b64_decode(std::string_view in, std::string& out) {
-  out.clear();
-  unsigned acc = 0;
-  int bits = 0;
-  std::size_t pad = 0;
-  for (char ch : in) {
-    auto c = static_cast<unsigned char>(ch);
-    if (c == '=') {
-      ++pad;
-      continue;
-    }
-    if (pad) return false;
-    int v = b64_value(c);
-    if (v < 0) return false;
-    acc = (acc << 6) | static_cast<unsigned>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((acc >> bits) & 0xFF);
-    }
-  }
-  return (in.size() % 4) == 0 || pad == 0;
-}
-
 struct KnownEncoding {
   const char* name;
   const char* pre;
@@ -1256,7 +1195,7 @@ Result<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& path, const 
     auto sp = line.find(' ');
     if (sp == std::string_view::npos)
       return make_error(Errc::parse, "{}:{}: expected 'base64 rank'", path, line_no);
-    if (!b64_decode(line.substr(0, sp), bytes) || bytes.empty())
+    if (!base64_decode(line.substr(0, sp), bytes) || bytes.empty())
       return make_error(Errc::parse, "{}:{}: invalid base64 token", path, line_no);
     std::string_view rs = line.substr(sp + 1);
     std::int64_t rank = 0;

@@ -1,7 +1,8 @@
 // HF tokenizers' normalizers as a chain of steps, for the tokenizer.json files whose
 // normalizer is more than one Unicode form or a BertNormalizer: NFC, NFD, NFKC, NFKD,
-// Lowercase, StripAccents, Strip, Replace (a string or a regex), Prepend and
-// BertNormalizer, in any order inside a Sequence. Each step keeps where every byte of its
+// Lowercase, StripAccents, Strip, Replace (a string or a regex), Prepend,
+// BertNormalizer and Precompiled (SentencePiece's character map, by grapheme cluster), in
+// any order inside a Sequence. Each step keeps where every byte of its
 // output came from, as HF's NormalizedString alignments do, so that offsets still point
 // into the input.
 #pragma once
@@ -18,15 +19,17 @@
 namespace lmp::tok {
 
 class PreTokenizer;
+class SpNormalizer;
 
 struct NormStep {
-  enum class Kind { nfc, nfd, nfkc, nfkd, lowercase, strip_accents, strip, replace, prepend, bert };
+  enum class Kind { nfc, nfd, nfkc, nfkd, lowercase, strip_accents, strip, replace, prepend, bert, precompiled };
   Kind kind = Kind::nfc;
   bool left = false, right = false;  // strip: which ends lose their White_Space
   std::string pattern;               // replace: what is replaced
   bool regex = false;                // replace: `pattern` is a regex (else a literal string)
   std::string content;               // replace: the replacement; prepend: the prefix
   text::BertNormalization bert;      // bert
+  std::shared_ptr<const SpNormalizer> charsmap;  // precompiled: SentencePiece's character map
 };
 
 // The step of a Unicode form by its tokenizer.json type ("NFC", "NFD", "NFKC", "NFKD").
