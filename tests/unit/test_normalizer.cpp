@@ -1,9 +1,13 @@
 // HF's normalizers as a chain (lmpipe/tok/normalizer.h): outputs checked by hand against
 // HF tokenizers' own normalizeString (node binding 0.6.0), the source of every output
-// byte, and tokenizer.json files that carry a chain.
+// byte, and tokenizer.json files that carry a chain (byte-level BPE, WordPiece, Unigram).
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
+#include "lmpipe/core/base64.h"
+#include "lmpipe/core/rng.h"
 #include "lmpipe/tok/normalizer.h"
+#include "lmpipe/tok/sp_charsmap.h"
 #include "lmpipe/tok/tokenizer.h"
 #include "lmpipe/tok/wordpiece_trainer.h"
 #include "tok_fixtures.h"
@@ -173,4 +177,101 @@ TEST_CASE("WordPiece tokenizer.json: its normalizer and pre-tokenizer steps are 
   again.value()->encode("ＨＥＬＬＯ, world 12", b, s2, false);
   CHECK(a == b);
   CHECK(a.size() == 5);  // hello , world 1 2
+}
+
+namespace {
+// A small HF Unigram tokenizer.json with byte fallback, with the normalizer and
+// pre-tokenizer given as JSON.
+std::string unigram_json(const std::string& normalizer, const std::string& pre) {
+  std::string vocab = R"(["<unk>",0.0],["▁",-2.0],["a",-3.0],["b",-3.0],["f",-3.0],["i",-3.0],["▁fi",-1.0],)"
+                      R"(["ab",-1.5],["▁ab",-1.0],["▁a",-2.0])";
+  for (int b = 0; b < 256; ++b) vocab += fmt::format(R"(,["<0x{:02X}>",-10.0])", b);
+  return R"({"version":"1.0","added_tokens":[],"normalizer":)" + normalizer + R"(,"pre_tokenizer":)" + pre +
+         R"(,"post_processor":null,"decoder":{"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":true},)"
+         R"("model":{"type":"Unigram","unk_id":0,"byte_fallback":true,"vocab":[)" + vocab + "]}}";
+}
+std::vector<TokenId> ids_of(const Tokenizer& t, std::string_view text) {
+  Session s(t);
+  std::vector<TokenId> out;
+  t.encode(text, out, s, false);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("Unigram tokenizer.json: transformers' chains with a Precompiled step", "[tok][normalizer][spm]") {
+  const std::string map = R"({"type":"Precompiled","precompiled_charsmap":")" + base64_encode(build_charsmap(false)) + R"("})";
+  const std::string meta = R"({"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":true})";
+  auto plain = load_tokenizer_json(unigram_json("null", meta), "plain.json");
+  REQUIRE(plain.ok());
+  // transformers' SpmConverter: Precompiled, Strip right, Replace " {2,}" by ▁.
+  const std::string spm = R"({"type":"Sequence","normalizers":[)" + map +
+                          R"(,{"type":"Strip","strip_left":false,"strip_right":true},)"
+                          R"({"type":"Replace","pattern":{"Regex":" {2,}"},"content":"▁"}]})";
+  auto t = load_tokenizer_json(unigram_json(spm, meta), "spm.json");
+  REQUIRE(t.ok());
+  REQUIRE(t.value()->normalizer() != nullptr);
+  REQUIRE(t.value()->normalizer()->steps().size() == 3);
+  CHECK(t.value()->normalizer()->steps()[0].kind == K::precompiled);
+  // "ﬁ  ab  " → "fi  ab" → "fi▁ab" → "▁fi▁ab", as the plain file reads "fi ab".
+  CHECK(ids_of(*t.value(), "\xEF\xAC\x81  ab  ") == ids_of(*plain.value(), "fi ab"));
+  CHECK(ids_of(*t.value(), "\xEF\xAC\x81  ab  ") == std::vector<TokenId>{6, 8});
+  // The chain goes out as it came in, Precompiled map included.
+  CHECK(t.value()->normalizer()->to_json() == spm);
+  // No pre-tokenizer: the model reads the chain's text (here spaces, as bytes).
+  auto raw = load_tokenizer_json(unigram_json(map, "null"), "raw.json");
+  REQUIRE(raw.ok());
+  CHECK(ids_of(*raw.value(), "\xEF\xAC\x81 ab") == std::vector<TokenId>{4, 5, 10 + 0x20, 7});
+  // Transformers' form with no converter: Precompiled, Replace " " by ▁, nothing prepended.
+  const std::string bare = R"({"type":"Sequence","normalizers":[)" + map +
+                           R"(,{"type":"Replace","pattern":{"String":" "},"content":"▁"}]})";
+  auto b = load_tokenizer_json(unigram_json(bare, "null"), "bare.json");
+  REQUIRE(b.ok());
+  CHECK(ids_of(*b.value(), "ab ab") == std::vector<TokenId>{7, 8});
+  // SentencePiece's own forms keep their fast paths (no chain).
+  auto fast = load_tokenizer_json(unigram_json(map, meta), "fast.json");
+  REQUIRE(fast.ok());
+  CHECK(fast.value()->normalizer() == nullptr);
+  // Errors: another pre-tokenizer, a map that is not base64, a broken map; each located.
+  auto other = load_tokenizer_json(unigram_json(map, R"({"type":"Whitespace"})"), "w.json");
+  REQUIRE_FALSE(other.ok());
+  CHECK_THAT(other.error().message, Catch::Contains("w.json") && Catch::Contains("needs the Metaspace pre-tokenizer or none"));
+  auto not64 = load_tokenizer_json(
+      unigram_json(R"({"type":"Sequence","normalizers":[{"type":"Lowercase"},{"type":"Precompiled","precompiled_charsmap":"@@"}]})", meta),
+      "b64.json");
+  REQUIRE_FALSE(not64.ok());
+  CHECK_THAT(not64.error().message, Catch::Contains("b64.json") && Catch::Contains("not base64"));
+  auto short_map = load_tokenizer_json(
+      unigram_json(R"({"type":"Sequence","normalizers":[{"type":"NFKC"},{"type":"Precompiled","precompiled_charsmap":"AAE="}]})", meta),
+      "short.json");
+  REQUIRE_FALSE(short_map.ok());
+  CHECK_THAT(short_map.error().message, Catch::Contains("short.json") && Catch::Contains("shorter than its header"));
+}
+
+TEST_CASE("Unigram byte fallback: every byte of an unknown run spans the run, as HF's offsets", "[tok][offsets][spm]") {
+  auto t = load_tokenizer_json(unigram_json("null", "null"), "raw.json");
+  REQUIRE(t.ok());
+  Session s(*t.value());
+  std::vector<TokenId> ids;
+  std::vector<Range> spans;
+  t.value()->encode_with_offsets("ab  \xE4\xB8\xAD" "ab", ids, spans, s, false);  // two spaces and 中: one unknown run
+  REQUIRE(ids == std::vector<TokenId>{7, 10 + 0x20, 10 + 0x20, 10 + 0xE4, 10 + 0xB8, 10 + 0xAD, 7});
+  CHECK((spans[0].begin == 0 && spans[0].end == 2));
+  for (std::size_t k = 1; k <= 5; ++k) CHECK((spans[k].begin == 2 && spans[k].end == 7));
+  CHECK((spans[6].begin == 7 && spans[6].end == 9));
+}
+
+TEST_CASE("base64: encode and decode are inverse", "[core][property]") {
+  Rng rng(7);
+  for (int n = 0; n < 64; ++n) {
+    std::string bytes(static_cast<std::size_t>(n), '\0');
+    for (char& c : bytes) c = static_cast<char>(rng.next() & 0xFF);
+    std::string text = base64_encode(bytes), back;
+    CHECK(text.size() == (bytes.size() + 2) / 3 * 4);
+    REQUIRE(base64_decode(text, back));
+    CHECK(back == bytes);
+  }
+  CHECK(base64_encode("fo") == "Zm8=");
+  std::string out;
+  CHECK_FALSE(base64_decode("Zm=8", out));
+  CHECK_FALSE(base64_decode("Z!8=", out));
 }

@@ -785,9 +785,11 @@ bool is_metaspace_bpe(json::Value root) {
     for (std::size_t i = 0; i < norm.get("normalizers").size(); ++i) list.push_back(norm.get("normalizers")[i]);
   else
     list.push_back(norm);
+  // (A Replace by ▁ alone marks one only with no pre-tokenizer: a byte-level file has ByteLevel.)
+  const bool bare = root.get("pre_tokenizer").is_null() && root.get("decoder").get("type").str() != "ByteLevel";
   for (json::Value n : list) {
     if (n.get("type").str() == "Prepend" && n.get("prepend").str() == kMetaspace) return true;
-    if (n.get("type").str() == "Replace" && n.get("content").str() == kMetaspace) return true;
+    if (bare && n.get("type").str() == "Replace" && n.get("content").str() == kMetaspace) return true;
   }
   return is_metaspace_pre(root.get("pre_tokenizer"));
 }
