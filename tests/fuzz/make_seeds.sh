@@ -53,6 +53,22 @@ for src, name in ((sys.argv[1], "bpe_normalizers.json"), (sys.argv[2], "wp_norma
     t["normalizer"] = chain
     json.dump(t, open(sys.argv[3] + "/" + name, "w", encoding="utf-8"), ensure_ascii=False)
 PY
+# Chains in SentencePiece-style files: a Unigram before Metaspace, a BPE with no pre-tokenizer.
+python3 - "$tmp/unigram.json" "$tmp/spbpe.json" "$out/tokenizer_json" <<'PY'
+import json, sys
+chain = {"type": "Sequence", "normalizers": [
+    {"type": "Strip", "strip_left": False, "strip_right": True},
+    {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": "\u2581"},
+    {"type": "NFKD"}, {"type": "StripAccents"}, {"type": "Lowercase"},
+    {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+for src, name, pre in ((sys.argv[1], "unigram_normalizers.json",
+                        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}),
+                       (sys.argv[2], "spbpe_normalizers.json", None)):
+    t = json.load(open(src, encoding="utf-8"))
+    t["normalizer"] = chain
+    t["pre_tokenizer"] = pre
+    json.dump(t, open(sys.argv[3] + "/" + name, "w", encoding="utf-8"), ensure_ascii=False)
+PY
 cp "$tmp/vocab.txt" "$out/vocab_txt/"
 { cat "$tmp/vocab.json"; printf '\0'; cat "$tmp/merges.txt"; } > "$out/gpt2_files/gpt2"
 cp "$tmp/spbpe.model" "$tmp/unigram.model" "$out/sentencepiece/"
