@@ -275,3 +275,47 @@ TEST_CASE("base64: encode and decode are inverse", "[core][property]") {
   CHECK_FALSE(base64_decode("Zm=8", out));
   CHECK_FALSE(base64_decode("Z!8=", out));
 }
+
+TEST_CASE("added tokens: normalized ones matched in normalized text, stripped space in their offsets",
+          "[tok][normalizer][offsets]") {
+  auto t = test::trained_bpe("gpt2", true, "the quick brown fox jumps over the lazy dog\ncafé naïve\n", 300, false);
+  std::string j = to_tokenizer_json(*t);
+  const TokenId n = static_cast<TokenId>(t->vocab_size());
+  auto tok = [](const char* content, TokenId id, bool normalized, bool lstrip = false, bool rstrip = false) {
+    return fmt::format(R"({{"id":{},"content":"{}","single_word":false,"lstrip":{},"rstrip":{},"normalized":{},"special":false}})",
+                       id, content, lstrip, rstrip, normalized);
+  };
+  j.replace(j.find(R"("added_tokens":[])"), 17,
+            R"("added_tokens":[)" + tok("HeLLo", n, true) + "," + tok("CAFÉ", n + 1, false) + "," +
+                tok("Wide", n + 2, true, true, true) + "]");
+  j.replace(j.find(R"("normalizer":null)"), 17, R"("normalizer":{"type":"Sequence","normalizers":[{"type":"Lowercase"}]})");
+  auto loaded = load_tokenizer_json(j, "added.json");
+  REQUIRE(loaded.ok());
+  const Tokenizer& a = *loaded.value();
+  Session s(a);
+  std::vector<TokenId> ids;
+  std::vector<Range> spans;
+  // "HeLLo" is normalized to "hello" and matched after lowercasing: "hello", "HELLO" too.
+  // "CAFÉ" is not normalized: matched in the input only as written.
+  a.encode_with_offsets("hello HELLO CAFÉ café", ids, spans, s);
+  REQUIRE(ids.size() >= 4);
+  CHECK(ids[0] == n);
+  CHECK((spans[0].begin == 0 && spans[0].end == 5));
+  CHECK(std::count(ids.begin(), ids.end(), n) == 2);
+  CHECK(std::count(ids.begin(), ids.end(), n + 1) == 1);
+  // lstrip and rstrip: the white space beside the token is part of it, offsets included.
+  ids.clear();
+  spans.clear();
+  a.encode_with_offsets("x  WIDE \ty", ids, spans, s);
+  auto at = std::find(ids.begin(), ids.end(), n + 2);
+  REQUIRE(at != ids.end());
+  const Range w = spans[static_cast<std::size_t>(at - ids.begin())];
+  CHECK((w.begin == 1 && w.end == 9));
+  std::vector<TokenId> plain;
+  a.encode("x  WIDE \ty", plain, s);
+  CHECK(plain == ids);
+  // Without parsing special text, nothing is matched.
+  plain.clear();
+  a.encode("hello", plain, s, false);
+  CHECK(std::count(plain.begin(), plain.end(), n) == 0);
+}

@@ -64,10 +64,26 @@ Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vect
   for (const auto& a : added_) vocab_size_ = std::max(vocab_size_, static_cast<std::size_t>(a.id) + 1);
   std::size_t n = vocab_size_;
   by_id_.assign(n, nullptr);
+  // HF matches a normalized: true token in normalized text, by its content normalized the
+  // same way. That differs from matching the input only when a normalizer runs (and with no
+  // metaspace ▁, which lmpipe puts in along with the normalizer).
+  const bool split_normalized = (bert_ || chain_ || norm_ != Normalization::none) && !metaspace_;
+  std::string norm;
   for (const auto& a : added_) {
     if (a.id >= 0 && static_cast<std::size_t>(a.id) < n && !by_id_[static_cast<std::size_t>(a.id)])
       by_id_[static_cast<std::size_t>(a.id)] = &a;
-    if (!a.content.empty()) added_first_[static_cast<unsigned char>(a.content[0])] = true;
+    if (split_normalized && a.normalized) {
+      run_normalizer(a.content, norm, nullptr);
+      norm_added_.list.push_back({norm, &a});
+    } else {
+      raw_added_.list.push_back({a.content, &a});
+    }
+  }
+  for (AddedSet* set : {&raw_added_, &norm_added_}) {
+    std::stable_sort(set->list.begin(), set->list.end(),
+                     [](const AddedMatch& a, const AddedMatch& b) { return a.content.size() > b.content.size(); });
+    for (const AddedMatch& m : set->list)
+      if (!m.content.empty()) set->first[static_cast<unsigned char>(m.content[0])] = true;
   }
 }
 
@@ -98,50 +114,62 @@ std::string Tokenizer::token_string(TokenId id) const {
   return bpe_ && !bpe_->char_level() ? bytes_to_byte_level(*p) : std::string(*p);
 }
 
-const AddedToken* Tokenizer::match_added(std::string_view text, std::size_t pos) const {
-  for (const auto& a : added_) {
-    if (a.content.empty() || text.size() - pos < a.content.size()) continue;
-    if (text.compare(pos, a.content.size(), a.content) != 0) continue;
-    if (a.single_word) {
+const Tokenizer::AddedMatch* Tokenizer::match_added(const AddedSet& set, std::string_view text, std::size_t pos) {
+  for (const AddedMatch& m : set.list) {
+    const std::string& c = m.content;
+    if (c.empty() || text.size() - pos < c.size()) continue;
+    if (text.compare(pos, c.size(), c) != 0) continue;
+    if (m.token->single_word) {
       const auto* p = reinterpret_cast<const unsigned char*>(text.data());
       if (pos > 0) {
         std::size_t k = pos - 1;
         while (k > 0 && (p[k] & 0xC0) == 0x80) --k;
         if (is_word_byte_char(text::decode_utf8(p, text.size(), k).cp)) continue;
       }
-      std::size_t e = pos + a.content.size();
+      std::size_t e = pos + c.size();
       if (e < text.size() && is_word_byte_char(text::decode_utf8(p, text.size(), e).cp)) continue;
     }
-    return &a;
+    return &m;
   }
   return nullptr;
 }
 
 template <class OnSegment, class OnAdded>
-void Tokenizer::split_added(std::string_view text, bool parse_special, OnSegment&& segment, OnAdded&& added) const {
-  if (!parse_special || added_.empty()) {
+void Tokenizer::split_added(const AddedSet& set, std::string_view text, OnSegment&& segment, OnAdded&& added) const {
+  if (set.list.empty()) {
     segment(std::size_t{0}, text.size());
     return;
   }
   std::size_t seg = 0;
   for (std::size_t i = 0; i < text.size();) {
-    if (!added_first_[static_cast<unsigned char>(text[i])]) {
+    if (!set.first[static_cast<unsigned char>(text[i])]) {
       ++i;
       continue;
     }
-    const AddedToken* m = match_added(text, i);
+    const AddedMatch* m = match_added(set, text, i);
     if (!m) {
       ++i;
       continue;
     }
-    std::size_t seg_end = i;
-    if (m->lstrip)
-      while (seg_end > seg && (text[seg_end - 1] == ' ' || text[seg_end - 1] == '\t')) --seg_end;
-    segment(seg, seg_end);
-    added(*m, i);
+    // lstrip and rstrip take the white space beside the token into it (its offsets too, as HF's).
+    const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+    auto space_at = [&](std::size_t k) {
+      auto c = text::decode_utf8(p, text.size(), k);
+      return c.cp < text::kInvalidBase && (text::char_class(c.cp) & text::kSpace) != 0 ? c.len : 0;
+    };
+    std::size_t begin = i;
+    if (m->token->lstrip)
+      while (begin > seg) {
+        std::size_t k = begin - 1;
+        while (k > seg && (p[k] & 0xC0) == 0x80) --k;
+        if (!space_at(k)) break;
+        begin = k;
+      }
     i += m->content.size();
-    if (m->rstrip)
-      while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+    if (m->token->rstrip)
+      for (std::size_t n; i < text.size() && (n = space_at(i)) != 0;) i += n;
+    segment(seg, begin);
+    added(*m->token, begin, i - begin);
     seg = i;
   }
   segment(seg, text.size());
@@ -150,13 +178,30 @@ void Tokenizer::split_added(std::string_view text, bool parse_special, OnSegment
 void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Session& s,
                        bool parse_special) const {
   if (s.pieces) s.words_.clear();
+  static const AddedSet kNone;
+  auto on_added = [&](std::string_view where) {
+    return [&, where](const AddedToken& m, std::size_t at, std::size_t len) {
+      out.push_back(m.id);
+      if (s.pieces) s.pieces->push_back({s.words_.emplace_back(where.substr(at, len)), 1});
+    };
+  };
   split_added(
-      text, parse_special,
-      [&](std::size_t b, std::size_t e) { encode_segment(text.substr(b, e - b), out, s, b == 0); },
-      [&](const AddedToken& m, std::size_t at) {
-        out.push_back(m.id);
-        if (s.pieces) s.pieces->push_back({text.substr(at, m.content.size()), 1});
-      });
+      parse_special ? raw_added_ : kNone, text,
+      [&](std::size_t b, std::size_t e) {
+        std::string_view seg = text.substr(b, e - b);
+        if (!parse_special || norm_added_.list.empty()) {
+          encode_segment(seg, out, s, b == 0);
+          return;
+        }
+        // Normalized whole, then split at the normalized added tokens, as HF does.
+        run_normalizer(seg, s.whole_, nullptr);
+        const std::string_view t = s.whole_;
+        split_added(
+            norm_added_, t,
+            [&](std::size_t nb, std::size_t ne) { encode_segment(t.substr(nb, ne - nb), out, s, b == 0 && nb == 0, true); },
+            on_added(t));
+      },
+      on_added(text));
 }
 
 bool Tokenizer::metaspace_prepends(std::string_view in, bool at_start) const {
@@ -167,9 +212,10 @@ bool Tokenizer::metaspace_prepends(std::string_view in, bool at_start) const {
   return !(metaspace_if_missing_ && starts);
 }
 
-void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s, bool at_start) const {
+void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s, bool at_start,
+                               bool normalized) const {
   if (seg.empty()) return;
-  std::string_view t = normalize_segment(seg, at_start, s, nullptr);
+  std::string_view t = normalize_segment(seg, at_start, s, nullptr, normalized);
   s.ranges_.clear();
   if (pre_) pre_->split(t, s.ranges_);
   else s.ranges_.push_back({0, static_cast<std::uint32_t>(t.size())});
@@ -179,6 +225,8 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
     encode_piece(piece, out, s);
     if (!s.pieces) continue;
     if (pre_ || model_->type() != ModelType::sentencepiece) {
+      // (Normalized text lives in the Session until the next segment: the record keeps a copy.)
+      if (t.data() != seg.data()) piece = s.words_.emplace_back(piece);
       s.pieces->push_back({piece, static_cast<std::uint32_t>(out.size() - before)});
       continue;
     }
@@ -379,16 +427,31 @@ void Tokenizer::token_spans(std::string_view piece, const TokenId* ids, std::siz
   }
 }
 
+void Tokenizer::run_normalizer(std::string_view in, std::string& out, std::vector<SourceSpan>* src) const {
+  if (bert_) {
+    if (src) text::bert_normalize_aligned(in, *bert_, out, *src);
+    else text::bert_normalize(in, *bert_, out);
+  } else if (chain_) {
+    chain_->apply(in, out, src);
+  } else if (norm_ == Normalization::none) {
+    out.assign(in);
+    if (src) identity_sources(in.size(), *src);
+  } else {
+    auto form = norm_ == Normalization::nfc ? text::NormalForm::nfc : text::NormalForm::nfkc;
+    if (src) text::normalize_aligned(in, form, out, *src);
+    else out = text::normalize(in, form);
+  }
+}
+
 std::string_view Tokenizer::normalize_segment(std::string_view seg, bool at_start, Session& s,
-                                             std::vector<SourceSpan>* src) const {
+                                             std::vector<SourceSpan>* src, bool normalized) const {
   // The first character's source, for text inserted before it (a ▁, a prefix space).
   auto first_char = [](const std::vector<SourceSpan>& m, std::string_view in) -> SourceSpan {
     std::size_t n = std::max<std::size_t>(1, char_bytes(in));
     return {m.front().begin, m[std::min(n, m.size()) - 1].end};
   };
-  if (bert_) {
-    if (src) text::bert_normalize_aligned(seg, *bert_, s.norm_, *src);
-    else text::bert_normalize(seg, *bert_, s.norm_);
+  if (bert_ && !normalized) {
+    run_normalizer(seg, s.norm_, src);
     return s.norm_;
   }
   if (metaspace_) {
@@ -412,17 +475,13 @@ std::string_view Tokenizer::normalize_segment(std::string_view seg, bool at_star
     }
     return s.norm_;
   }
-  if (chain_ || norm_ != Normalization::none || (prefix_space_ && seg[0] != ' ')) {
-    auto form = norm_ == Normalization::nfc ? text::NormalForm::nfc : text::NormalForm::nfkc;
-    if (chain_) {
-      chain_->apply(seg, s.norm_, src);
-    } else if (norm_ == Normalization::none) {
+  const bool normalizes = !normalized && (chain_ || norm_ != Normalization::none);
+  if (normalizes || (prefix_space_ && seg[0] != ' ')) {
+    if (normalizes) {
+      run_normalizer(seg, s.norm_, src);
+    } else {
       s.norm_.assign(seg);
       if (src) identity_sources(seg.size(), *src);
-    } else if (src) {
-      text::normalize_aligned(seg, form, s.norm_, *src);
-    } else {
-      s.norm_ = text::normalize(seg, form);
     }
     if (prefix_space_ && (s.norm_.empty() || s.norm_[0] != ' ')) {
       s.norm_.insert(s.norm_.begin(), ' ');
@@ -434,12 +493,13 @@ std::string_view Tokenizer::normalize_segment(std::string_view seg, bool at_star
   return seg;
 }
 
-void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, std::vector<TokenId>& out,
-                                     std::vector<Range>& spans, Session& s) const {
+void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, bool at_start, std::vector<TokenId>& out,
+                                     std::vector<Range>& spans, Session& s,
+                                     const std::vector<SourceSpan>* outer) const {
   if (seg.empty()) return;
   // The normalized segment and the source in `seg` of each of its bytes.
   auto& src = s.src_;
-  std::string_view t = normalize_segment(seg, base == 0, s, &src);
+  std::string_view t = normalize_segment(seg, at_start, s, &src, outer != nullptr);
   s.ranges_.clear();
   if (pre_) pre_->split(t, s.ranges_);
   else s.ranges_.push_back({0, static_cast<std::uint32_t>(t.size())});
@@ -471,6 +531,7 @@ void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, s
     }
     for (Range x : s.token_spans_) {
       Range o = through(src, {x.begin + r.begin, x.end + r.begin});
+      if (outer) o = through(*outer, o);
       spans.push_back({o.begin + base, o.end + base});
     }
   }
@@ -479,14 +540,37 @@ void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, s
 void Tokenizer::encode_with_offsets(std::string_view text, std::vector<TokenId>& out, std::vector<Range>& spans,
                                     Session& s, bool parse_special) const {
   const std::size_t first = spans.size();
+  static const AddedSet kNone;
   split_added(
-      text, parse_special,
+      parse_special ? raw_added_ : kNone, text,
       [&](std::size_t b, std::size_t e) {
-        segment_with_offsets(text.substr(b, e - b), static_cast<std::uint32_t>(b), out, spans, s);
+        const auto base = static_cast<std::uint32_t>(b);
+        std::string_view seg = text.substr(b, e - b);
+        if (!parse_special || norm_added_.list.empty()) {
+          segment_with_offsets(seg, base, b == 0, out, spans, s);
+          return;
+        }
+        // Normalized whole, split at the normalized added tokens; each part's bytes keep
+        // their sources in `seg`.
+        run_normalizer(seg, s.whole_, &s.whole_src_);
+        const std::string_view t = s.whole_;
+        split_added(
+            norm_added_, t,
+            [&](std::size_t nb, std::size_t ne) {
+              if (ne == nb) return;
+              s.part_src_.assign(s.whole_src_.begin() + static_cast<std::ptrdiff_t>(nb),
+                                 s.whole_src_.begin() + static_cast<std::ptrdiff_t>(ne));
+              segment_with_offsets(t.substr(nb, ne - nb), base, b == 0 && nb == 0, out, spans, s, &s.part_src_);
+            },
+            [&](const AddedToken& m, std::size_t at, std::size_t len) {
+              out.push_back(m.id);
+              Range o = through(s.whole_src_, {static_cast<std::uint32_t>(at), static_cast<std::uint32_t>(at + len)});
+              spans.push_back({o.begin + base, o.end + base});
+            });
       },
-      [&](const AddedToken& m, std::size_t at) {
+      [&](const AddedToken& m, std::size_t at, std::size_t len) {
         out.push_back(m.id);
-        spans.push_back({static_cast<std::uint32_t>(at), static_cast<std::uint32_t>(at + m.content.size())});
+        spans.push_back({static_cast<std::uint32_t>(at), static_cast<std::uint32_t>(at + len)});
       });
   if (!trim_offsets_) return;
   // HF's trim_offsets: as many characters of the text as the token's string starts or

@@ -121,6 +121,10 @@ class Session {
   std::vector<text::SourceSpan> src_, piece_src_;
   std::string piece_norm_;
   std::vector<Range> token_spans_;
+  // A segment normalized whole before normalized added tokens are split off, and the
+  // sources of its bytes (of one part of it).
+  std::string whole_;
+  std::vector<text::SourceSpan> whole_src_, part_src_;
 };
 
 class Tokenizer {
@@ -182,28 +186,48 @@ class Tokenizer {
   const SpNormalizer* charsmap() const { return charsmap_.get(); }
 
  private:
-  // `at_start`: the segment begins the text (for Metaspace's prepend_scheme "first").
-  void encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s, bool at_start) const;
+  // `at_start`: the segment begins the text (for Metaspace's prepend_scheme "first");
+  // `normalized`: the normalizer has already run on it (see normalize_segment).
+  void encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s, bool at_start,
+                      bool normalized = false) const;
   // The segment as the model sees it (the normalizer, the metaspace ▁, a prefix space):
   // `seg` itself when nothing changes it, else in the Session. With `src`, also where
-  // each of its bytes came from in `seg` (offsets).
+  // each of its bytes came from in `seg` (offsets). With `normalized`, only what follows
+  // the normalizer (the prefix space).
   std::string_view normalize_segment(std::string_view seg, bool at_start, Session& s,
-                                     std::vector<text::SourceSpan>* src) const;
+                                     std::vector<text::SourceSpan>* src, bool normalized = false) const;
+  // The normalizer alone (a chain, a BertNormalizer or one Unicode form; a copy when
+  // there is none) into `out`, with the sources of its bytes when `src` is given.
+  void run_normalizer(std::string_view in, std::string& out, std::vector<text::SourceSpan>* src) const;
   // Whether the metaspace normalization puts ▁ before a segment whose text (after any
   // character map) is `in`.
   bool metaspace_prepends(std::string_view in, bool at_start) const;
-  // The added-token split of encode(): `segment(begin, end)` for the text between added
-  // tokens (whitespace they strip left out), `added(token, at)` for each match.
+  // An added token as matched: its content (normalized, for a token matched in
+  // normalized text) and the token.
+  struct AddedMatch {
+    std::string content;
+    const AddedToken* token = nullptr;
+  };
+  struct AddedSet {
+    std::vector<AddedMatch> list;  // longest content first
+    std::array<bool, 256> first{};  // first bytes of the contents
+  };
+  // The added-token split of encode(): `segment(begin, end)` for the text between the
+  // tokens of `set` (whitespace they strip left out), `added(token, at, length)` for each
+  // match.
   template <class OnSegment, class OnAdded>
-  void split_added(std::string_view text, bool parse_special, OnSegment&& segment, OnAdded&& added) const;
-  void segment_with_offsets(std::string_view seg, std::uint32_t base, std::vector<TokenId>& out,
-                            std::vector<Range>& spans, Session& s) const;
+  void split_added(const AddedSet& set, std::string_view text, OnSegment&& segment, OnAdded&& added) const;
+  // Offsets of one segment; `outer`: the sources of an already normalized segment's bytes
+  // (relative to `base`), when it is a part of normalized text.
+  void segment_with_offsets(std::string_view seg, std::uint32_t base, bool at_start, std::vector<TokenId>& out,
+                            std::vector<Range>& spans, Session& s,
+                            const std::vector<text::SourceSpan>* outer = nullptr) const;
   // Spans in `piece` (normalized text) of the tokens ids[0, n) that encode it.
   void token_spans(std::string_view piece, const TokenId* ids, std::size_t n, std::vector<Range>& spans) const;
   Status decode_metaspace(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const;
   Result<std::optional<std::string_view>> decode_text(TokenId id, bool skip_special) const;
   void encode_piece(std::string_view piece, std::vector<TokenId>& out, Session& s) const;
-  const AddedToken* match_added(std::string_view text, std::size_t pos) const;
+  static const AddedMatch* match_added(const AddedSet& set, std::string_view text, std::size_t pos);
 
   std::unique_ptr<Model> model_;
   const BpeModel* bpe_ = nullptr;
@@ -225,7 +249,9 @@ class Tokenizer {
   std::vector<const AddedToken*> by_id_;  // (vocab_size) id → added token, or null
   std::size_t vocab_size_ = 0;
   std::vector<TokenId> end_ids_;
-  std::array<bool, 256> added_first_{};   // first bytes of added tokens
+  // Added tokens matched in the input, and those HF matches in normalized text (normalized:
+  // true, when there is a normalizer and no metaspace ▁) by their normalized content.
+  AddedSet raw_added_, norm_added_;
   TokenizerInfo info_;
 };
 
