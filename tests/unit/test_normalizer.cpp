@@ -319,3 +319,20 @@ TEST_CASE("added tokens: normalized ones matched in normalized text, stripped sp
   a.encode("hello", plain, s, false);
   CHECK(std::count(plain.begin(), plain.end(), n) == 0);
 }
+
+TEST_CASE("encode's piece records outlive the segments they came from", "[tok][normalizer]") {
+  auto t = test::trained_bpe("gpt2", true, "the quick brown fox jumps over the lazy dog\n", 300);
+  std::string j = to_tokenizer_json(*t);
+  j.replace(j.find(R"("normalizer":null)"), 17, R"("normalizer":{"type":"Sequence","normalizers":[{"type":"Lowercase"}]})");
+  auto loaded = load_tokenizer_json(j, "lower.json");
+  REQUIRE(loaded.ok());
+  Session s(*loaded.value());
+  std::vector<PieceCount> pieces;
+  s.pieces = &pieces;
+  std::vector<TokenId> ids;
+  // Three segments around two special tokens, each normalized into the Session in turn.
+  loaded.value()->encode("THE Quick<|endoftext|>BROWN fox<|endoftext|>LAZY dog", ids, s);
+  std::vector<std::string> texts;
+  for (const PieceCount& p : pieces) texts.emplace_back(p.text);
+  CHECK(texts == std::vector<std::string>{"the", " quick", "<|endoftext|>", "brown", " fox", "<|endoftext|>", "lazy", " dog"});
+}

@@ -226,7 +226,7 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
     if (!s.pieces) continue;
     if (pre_ || model_->type() != ModelType::sentencepiece) {
       // (Normalized text lives in the Session until the next segment: the record keeps a copy.)
-      if (t.data() != seg.data()) piece = s.words_.emplace_back(piece);
+      if (normalized || t.data() != seg.data()) piece = s.words_.emplace_back(piece);
       s.pieces->push_back({piece, static_cast<std::uint32_t>(out.size() - before)});
       continue;
     }
