@@ -35,7 +35,7 @@ text::BertNormalization bert_norm(const Options& o) { return {true, true, !o.cas
 
 Status gather(const Options& o, tok::WordCountMap& counts, std::string& pre_name, std::uint64_t& bytes,
               std::uint64_t& lines) {
-  LMP_ASSIGN(auto pre, tok::make_pre_tokenizer(wordpiece(o) ? "bert" : o.pre_tokenizer));
+  LMP_ASSIGN(auto pre, tok::make_pre_tokenizer(wordpiece(o) ? (o.split_digits ? "bert+digits" : "bert") : o.pre_tokenizer));
   std::optional<text::BertNormalization> norm;
   if (wordpiece(o)) norm = bert_norm(o);
   tok::WordCounter counter(*pre, o.threads, norm);
@@ -56,8 +56,9 @@ Status gather(const Options& o, tok::WordCountMap& counts, std::string& pre_name
       LMP_TRY(tok::read_counts(all, reader->name(), counts, file_pre));
       if (file_pre != o.pre_tokenizer) {
         const char* hint = "";
-        if (file_pre.substr(0, 4) == "bert" || wordpiece(o)) hint = " (bert: -m wordpiece; bert-cased: --cased)";
-        else if ((file_pre + o.pre_tokenizer).find("+digits") != std::string::npos) hint = " (+digits: --split-digits)";
+        auto digits = [](const std::string& p) { return p.find("+digits") != std::string::npos; };
+        if (digits(file_pre) != digits(o.pre_tokenizer)) hint = " (+digits: --split-digits)";
+        else if (file_pre.substr(0, 4) == "bert" || wordpiece(o)) hint = " (bert: -m wordpiece; bert-cased: --cased)";
         return make_error(Errc::invalid_argument, "{}: counted with --pre-tokenizer {}, training with {}{}",
                           reader->name(), file_pre, o.pre_tokenizer, hint);
       }
@@ -227,7 +228,7 @@ int main(int argc, char** argv) {
       ->check(cli::Range(0.5, 1.0));
   app.add_flag("--split-digits", o.split_digits,
                "every digit a piece of its own (bpe: HF's Digits pre-tokenizer before the split, as StarCoder; "
-               "sp-bpe, unigram: spm's split_digits)");
+               "wordpiece: Digits with the BERT split; sp-bpe, unigram: spm's split_digits)");
   app.add_option("--user-defined-symbol", o.user_defined,
                  "sp-bpe, unigram: a piece matched whole in the text and never trained into (repeatable)")
       ->allow_extra_args(false);
@@ -312,13 +313,14 @@ int main(int argc, char** argv) {
       throw cli::UsageError(
           "--character-coverage, --no-byte-fallback, --normalization, --user-defined-symbol and "
           "--control-symbol are for -m sp-bpe and unigram");
-    if (o.split_digits && wordpiece(o)) throw cli::UsageError("--split-digits is for -m bpe, sp-bpe and unigram");
     if (wordpiece(o)) {
       if (app.count("--pre-tokenizer") || count->count("--pre-tokenizer"))
         throw cli::UsageError("WordPiece uses the BERT split; --pre-tokenizer is for -m bpe");
       if (!o.initial_alphabet.empty()) throw cli::UsageError("--initial-alphabet bytes is for byte-level BPE");
       if (o.format != "hf") throw cli::UsageError("--format gpt2 is for byte-level BPE; name the output *.txt for a vocab.txt");
-      o.pre_tokenizer = o.cased ? "bert-cased" : "bert";
+      if (o.split_digits && !count->parsed() && o.output.size() > 4 && o.output.substr(o.output.size() - 4) == ".txt")
+        throw cli::UsageError("--split-digits needs a tokenizer.json output: a vocab.txt cannot keep the Digits split");
+      o.pre_tokenizer = std::string(o.cased ? "bert-cased" : "bert") + (o.split_digits ? "+digits" : "");
     } else if (app.count("--algo") || o.cased) {
       throw cli::UsageError("--algo and --cased are for -m wordpiece");
     } else if (o.split_digits) {
@@ -345,6 +347,7 @@ int main(int argc, char** argv) {
       if (o.max_token_length) wc.max_token_length = o.max_token_length;
       wc.algo = o.algo == "hf" ? tok::WordPieceAlgo::hf : tok::WordPieceAlgo::likelihood;
       wc.normalization = bert_norm(o);
+      wc.split_digits = o.split_digits;
       tok::TrainReport rep;
       cli::Progress progress("merging");
       LMP_ASSIGN(auto t, tok::train_wordpiece(counts, wc, rep, [&](std::size_t done, std::size_t most) {

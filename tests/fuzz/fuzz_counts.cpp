@@ -17,7 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     cfg.vocab_size = 300;
     cfg.min_frequency = 2;
     cfg.special_tokens = {"[UNK]"};
-    cfg.normalization.lowercase = cfg.normalization.strip_accents = pre == "bert";
+    cfg.normalization.lowercase = cfg.normalization.strip_accents = pre.rfind("bert-cased", 0) != 0;
+    cfg.split_digits = pre.find("+digits") != std::string::npos;
     cfg.algo = size % 2 ? lmp::tok::WordPieceAlgo::hf : lmp::tok::WordPieceAlgo::likelihood;
     auto t = lmp::tok::train_wordpiece(counts, cfg, report);
     if (t) lmp::fuzz::exercise(**t, input);

@@ -75,6 +75,7 @@ cp "$tmp/spbpe.model" "$tmp/unigram.model" "$out/sentencepiece/"
 "$bin/tok-train" count -q -o "$out/counts/gpt2.counts" "$txt"
 "$bin/tok-train" count -q -P whitespace -o "$out/counts/whitespace.counts" "$txt"
 "$bin/tok-train" count -q -m wordpiece -o "$out/counts/bert.counts" "$txt"
+"$bin/tok-train" count -q -m wordpiece --cased --split-digits -o "$out/counts/bert_cased_digits.counts" "$txt"
 
 # A tiktoken rank file: the byte-level BPE's tokens, base64, by rank.
 python3 - "$tmp/bpe.json" "$out/tiktoken/tiny.tiktoken" <<'PY'

@@ -294,14 +294,15 @@ Result<std::unique_ptr<Tokenizer>> train_wordpiece(const WordCountMap& counts, c
   auto wp = std::make_unique<WordPieceModel>(std::move(model).value());
   TokenizerSpec spec;
   spec.bert = cfg.normalization;
-  LMP_ASSIGN(spec.pre, make_pre_tokenizer("bert"));
+  const char* pre = cfg.split_digits ? "bert+digits" : "bert";
+  LMP_ASSIGN(spec.pre, make_pre_tokenizer(pre));
   spec.decoder = Decoder::wordpiece;
   TokenId cls = wp->find("[CLS]"), sep = wp->find("[SEP]");
   if (cls >= 0 && sep >= 0) {
     spec.template_prefix = {cls};
     spec.template_suffix = {sep};
   }
-  TokenizerInfo info{"", "tokenizer.json", "bert"};
+  TokenizerInfo info{"", "tokenizer.json", pre};
   return std::make_unique<Tokenizer>(std::move(wp), std::move(spec), std::move(added), std::move(info));
 }
 

@@ -36,6 +36,7 @@ struct WordPieceTrainerConfig {
   std::string prefix = "##";
   WordPieceAlgo algo = WordPieceAlgo::likelihood;
   text::BertNormalization normalization;  // what the words were counted with
+  bool split_digits = false;  // the words were counted with every digit a word (pre-tokenizer bert+digits)
 };
 
 Result<std::unique_ptr<Tokenizer>> train_wordpiece(const WordCountMap& counts, const WordPieceTrainerConfig& cfg,
