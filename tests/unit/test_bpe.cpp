@@ -206,3 +206,31 @@ TEST_CASE("tiktoken ranks: long non-ASCII pieces encode as the definition says",
     }
   }
 }
+
+TEST_CASE("BPE end_of_word_suffix: the last byte of a piece carries the suffix", "[tok][bpe]") {
+  // 256 bytes, then a</w> b</w> (256, 257), ab</w> (258) and ba (259).
+  auto v = byte_vocab({"a</w>", "b</w>", "ab</w>", "ba"});
+  TokenId a = 'a', b = 'b', b_end = 257, ab_end = 258;
+  auto m = BpeModel::build(v, {{a, b_end}, {b, a}}, false);
+  REQUIRE(m.ok());
+  REQUIRE(m.value().set_end_of_word_suffix("</w>").ok());
+  BpeScratch s;
+  std::vector<TokenId> out;
+  m.value().encode("ab", out, s);  // a + b</w> → ab</w>
+  CHECK(out == std::vector<TokenId>{ab_end});
+  out.clear();
+  m.value().encode("bab", out, s);  // b a b</w>: (a, b</w>) outranks (b, a)
+  CHECK(as_strings(m.value(), out) == std::vector<std::string>{"b", "ab</w>"});
+  out.clear();
+  m.value().encode("ba", out, s);  // b a</w>: no merge of (b, a</w>)
+  CHECK(as_strings(m.value(), out) == std::vector<std::string>{"b", "a</w>"});
+  out.clear();
+  m.value().encode("x", out, s);  // no x</w>: the byte is dropped, as one without a token
+  CHECK(out.empty());
+  CHECK(s.dropped_bytes == 1);
+  // Without the suffix the same model merges (b, a) instead.
+  REQUIRE(m.value().set_end_of_word_suffix("").ok());
+  out.clear();
+  m.value().encode("ba", out, s);
+  CHECK(as_strings(m.value(), out) == std::vector<std::string>{"ba"});
+}

@@ -336,3 +336,25 @@ TEST_CASE("encode's piece records outlive the segments they came from", "[tok][n
   for (const PieceCount& p : pieces) texts.emplace_back(p.text);
   CHECK(texts == std::vector<std::string>{"the", " quick", "<|endoftext|>", "brown", " fox", "<|endoftext|>", "lazy", " dog"});
 }
+
+TEST_CASE("tokenizer.json: BPE end_of_word_suffix is read and written back; a subword prefix is refused",
+          "[tok][bpe]") {
+  auto t = test::trained_bpe("gpt2", true, "the quick brown fox\n", 280, false);
+  std::string j = to_tokenizer_json(*t);
+  const std::string none = R"("end_of_word_suffix":null)";
+  REQUIRE(j.find(none) != std::string::npos);
+  std::string with = j;
+  with.replace(with.find(none), none.size(), R"("end_of_word_suffix":"</w>")");
+  auto loaded = load_tokenizer_json(with, "suffix.json");
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded.value()->bpe() != nullptr);
+  CHECK(loaded.value()->bpe()->end_of_word_suffix() == "</w>");
+  CHECK(to_tokenizer_json(*loaded.value()).find(R"("end_of_word_suffix":"</w>")") != std::string::npos);
+  std::string prefix = j;
+  const std::string p = R"("continuing_subword_prefix":null)";
+  REQUIRE(prefix.find(p) != std::string::npos);
+  prefix.replace(prefix.find(p), p.size(), R"("continuing_subword_prefix":"##")");
+  auto refused = load_tokenizer_json(prefix, "prefix.json");
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.error().message, Catch::Contains("prefix.json") && Catch::Contains("continuing_subword_prefix"));
+}

@@ -185,6 +185,45 @@ void BpeModel::set_char_level(TokenId unk_id, bool byte_fallback, bool fuse_unk)
   }
 }
 
+Status BpeModel::set_end_of_word_suffix(std::string suffix) {
+  if (char_level_ && !suffix.empty())
+    return make_error(Errc::unsupported, "end_of_word_suffix is supported for byte-level BPE only");
+  suffix_ = std::move(suffix);
+  suffix_ids_.fill(-1);
+  if (suffix_.empty()) return {};
+  std::string t;
+  for (int b = 0; b < 256; ++b) {
+    t.assign(1, static_cast<char>(b));
+    t += suffix_;
+    suffix_ids_[static_cast<std::size_t>(b)] = find(t);
+  }
+  return {};
+}
+
+// HF's merge_word with an end-of-word suffix: the last byte's symbol carries it. HF's
+// ignore_merges looks the piece up without the suffix, and so does this.
+void BpeModel::encode_suffixed(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
+  if (ignore_merges_ && piece.size() <= max_token_bytes_) {
+    TokenId id = find(piece);
+    if (id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
+  s.sym.clear();
+  for (std::size_t i = 0; i < piece.size(); ++i) {
+    const auto b = static_cast<unsigned char>(piece[i]);
+    TokenId id = i + 1 < piece.size() ? byte_ids_[b] : suffix_ids_[b];
+    if (id >= 0) s.sym.push_back(id);
+    else ++s.dropped_bytes;
+  }
+  if (s.sym.size() >= 2) {
+    if (s.sym.size() <= 64) merge_linear(s);
+    else merge_heap(s);
+  }
+  out.insert(out.end(), s.sym.begin(), s.sym.end());
+}
+
 // HF's BPE word symbols (models/bpe/model.rs merge_word), character by character.
 void BpeModel::symbolize_chars(std::string_view piece, BpeScratch& s) const {
   s.sym.clear();
@@ -230,6 +269,10 @@ void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScra
     out.insert(out.end(), s.sym.begin(), s.sym.end());
     return;
   }
+  if (!suffix_.empty()) {
+    encode_suffixed(piece, out, s);
+    return;
+  }
   if (piece.size() == 1) {
     TokenId id = byte_ids_[static_cast<unsigned char>(piece[0])];
     if (id >= 0) out.push_back(id);
@@ -257,7 +300,7 @@ void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScra
 // Scripts of two-byte characters (Cyrillic, Greek, Arabic) split into words as Latin
 // does, whose repeats the piece cache answers: cutting them measured 1.2x slower (Russian).
 bool BpeModel::segments(std::string_view piece) const {
-  if (char_level_ || piece.size() < kSegmentFrom) return false;
+  if (char_level_ || !suffix_.empty() || piece.size() < kSegmentFrom) return false;
   for (char c : piece)
     if (static_cast<unsigned char>(c) >= 0xE0) return true;
   return false;

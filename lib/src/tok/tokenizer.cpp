@@ -346,7 +346,12 @@ void Tokenizer::token_spans(std::string_view piece, const TokenId* ids, std::siz
     std::string_view t = model_->token_text(id);
     switch (model_->type()) {
       case ModelType::bpe:
-        if (!bpe_->char_level()) return {t};
+        if (!bpe_->char_level()) {  // (a word's last token carries the end-of-word suffix, not in the text)
+          const std::string& suffix = bpe_->end_of_word_suffix();
+          if (!suffix.empty() && t.size() >= suffix.size() && t.substr(t.size() - suffix.size()) == suffix)
+            t.remove_suffix(suffix.size());
+          return {t};
+        }
         if (id == bpe_->unk_id()) return {{}, -1, true};
         if (bpe_->byte_fallback()) {
           int b = byte_token_value(t);

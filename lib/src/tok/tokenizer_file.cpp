@@ -901,6 +901,13 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
   }
   json::Value im = model.get("ignore_merges");
   bool ignore_merges = im.is_bool() && im.boolean();
+  // end_of_word_suffix (CLIP's "</w>") marks the last symbol of a word; a
+  // continuing_subword_prefix ("##" on every symbol but the first) is not supported.
+  std::string suffix;
+  if (model.get("end_of_word_suffix").is_string()) suffix = std::string(model.get("end_of_word_suffix").str());
+  if (model.get("continuing_subword_prefix").is_string() && !model.get("continuing_subword_prefix").str().empty())
+    return make_error(Errc::unsupported, "{}: a BPE continuing_subword_prefix ('{}') is not supported",
+                      model.get("continuing_subword_prefix").where(), model.get("continuing_subword_prefix").str());
   std::size_t n_merges = pairs.size();
   // With the bytes index nothing below reads the document (the merges were checked as
   // they were resolved): its pages (12 MB for Llama-3) go back before the merge table
@@ -914,11 +921,12 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
     return locate_merge_error(std::move(built).error(), n_merges,
                               [&](std::size_t i) { return merge_where(*doc, *merges.raw(), i); });
   }
+  auto bpe = std::make_unique<BpeModel>(std::move(built).value());
+  LMP_TRY(bpe->set_end_of_word_suffix(std::move(suffix)));
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
   tspec.pre = std::move(spec.pre);
   tspec.prefix_space = spec.prefix_space;
-  return std::make_unique<Tokenizer>(std::make_unique<BpeModel>(std::move(built).value()), std::move(tspec),
-                                     std::move(added), std::move(info));
+  return std::make_unique<Tokenizer>(std::move(bpe), std::move(tspec), std::move(added), std::move(info));
 }
 }  // namespace
 
@@ -1516,7 +1524,10 @@ std::string to_tokenizer_json(const Tokenizer& t) {
   o += R"(,"pre_tokenizer":)";
   append_pre_json(o, t);
   o += R"(,"post_processor":null,"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},)";
-  o += R"("model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":)";
+  o += R"("model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":)";
+  if (bpe.end_of_word_suffix().empty()) o += "null";
+  else json::append_string(o, bpe.end_of_word_suffix());
+  o += R"(,"fuse_unk":false,"byte_fallback":false,"ignore_merges":)";
   o += bpe.ignore_merges() && !bpe.ranks_from_tokens() ? "true" : "false";
   o += R"(,"vocab":{)";
   bool first = true;

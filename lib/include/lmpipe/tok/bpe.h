@@ -74,6 +74,12 @@ class BpeModel final : public Model {
   bool char_level() const { return char_level_; }
   bool byte_fallback() const { return byte_fallback_; }
   bool fuse_unk() const { return fuse_unk_; }
+  // HF's end_of_word_suffix (CLIP's "</w>"), for byte-level BPE: the last byte of every
+  // piece starts as the token of that byte followed by `suffix` (a byte whose suffixed
+  // token is missing is dropped, as one without a token). Errors when the model is
+  // character-level.
+  Status set_end_of_word_suffix(std::string suffix);
+  const std::string& end_of_word_suffix() const { return suffix_; }
   TokenId unk_id() const { return unk_id_; }
 
   // Append the ids of one pre-token piece to `out`.
@@ -152,6 +158,9 @@ class BpeModel final : public Model {
   bool char_level_ = false, byte_fallback_ = false, fuse_unk_ = false;
   TokenId unk_id_ = -1;
   std::array<TokenId, 256> fallback_ids_{};               // <0xXX> tokens
+  std::string suffix_;                                    // end_of_word_suffix ("" if none)
+  std::array<TokenId, 256> suffix_ids_{};                 // byte + suffix tokens, -1 if absent
+  void encode_suffixed(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
   void symbolize_chars(std::string_view piece, BpeScratch& s) const;
   std::shared_ptr<SpanIndex> span_ = std::make_shared<SpanIndex>();
 };
