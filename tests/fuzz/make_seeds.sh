@@ -53,6 +53,16 @@ for src, name in ((sys.argv[1], "bpe_normalizers.json"), (sys.argv[2], "wp_norma
     t["normalizer"] = chain
     json.dump(t, open(sys.argv[3] + "/" + name, "w", encoding="utf-8"), ensure_ascii=False)
 PY
+# A byte-level BPE with CLIP's end-of-word suffix (the suffixed bytes added to its vocabulary).
+python3 - "$tmp/bpe.json" "$out/tokenizer_json/bpe_suffix.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1], encoding="utf-8"))
+v = t["model"]["vocab"]
+for tok in [k for k in v if len(k) == 1]:
+    v[tok + "</w>"] = len(v)
+t["model"]["end_of_word_suffix"] = "</w>"
+json.dump(t, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
+PY
 # Chains in SentencePiece-style files: a Unigram before Metaspace, a BPE with no pre-tokenizer.
 python3 - "$tmp/unigram.json" "$tmp/spbpe.json" "$out/tokenizer_json" <<'PY'
 import json, sys
