@@ -42,13 +42,6 @@ variants() {
     });' "$1" "$2" >"$2.names" || fail=1
 }
 
-run() {  # run LABEL IN.json TEXT...
-  variants "$2" "$work/v"
-  l=$1
-  shift 2
-  variants_check "$l" "$work/v" "$@"
-}
-
 text=$work/text.txt
 stress_text "$text"
 cat >>"$text" <<'TEXT'
@@ -61,14 +54,14 @@ a <raw> b  <raw>c <RAW>
 中文分词 X中文Y 中文  z
 TEXT
 "$bin/tok-train" -q --vocab-size 900 -P none --initial-alphabet bytes -o "$work/bpe.json" "$text" || fail=1
-run "trained BPE" "$work/bpe.json" "$text"
+run_variants "trained BPE" "$work/bpe.json" "$text"
 "$bin/tok-train" -q -m wordpiece --vocab-size 800 -o "$work/wp.json" "$text" || fail=1
-run "trained WordPiece" "$work/wp.json" "$text"
+run_variants "trained WordPiece" "$work/wp.json" "$text"
 
 if have_data; then
   head -n 1000 "$data/slices/en_1M.txt" >"$work/en.txt"
-  run "GPT-2" "$data/tokenizers/gpt2/tokenizer.json" "$work/en.txt" "$text"
-  run "BERT uncased" "$data/tokenizers/bert-base-uncased/tokenizer.json" "$work/en.txt" "$text"
+  run_variants "GPT-2" "$data/tokenizers/gpt2/tokenizer.json" "$work/en.txt" "$text"
+  run_variants "BERT uncased" "$data/tokenizers/bert-base-uncased/tokenizer.json" "$work/en.txt" "$text"
 else
   echo "note: reference data not found at '$data': GPT-2 and BERT are not run"
 fi

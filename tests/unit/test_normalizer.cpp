@@ -337,7 +337,7 @@ TEST_CASE("encode's piece records outlive the segments they came from", "[tok][n
   CHECK(texts == std::vector<std::string>{"the", " quick", "<|endoftext|>", "brown", " fox", "<|endoftext|>", "lazy", " dog"});
 }
 
-TEST_CASE("tokenizer.json: BPE end_of_word_suffix is read and written back; a subword prefix is refused",
+TEST_CASE("tokenizer.json: BPE end_of_word_suffix is read and written back, a subword prefix refused",
           "[tok][bpe]") {
   auto t = test::trained_bpe("gpt2", true, "the quick brown fox\n", 280, false);
   std::string j = to_tokenizer_json(*t);

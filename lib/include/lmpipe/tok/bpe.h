@@ -114,7 +114,7 @@ class BpeModel final : public Model {
                                        int threads, const std::vector<TokenId>& merged = {});
   // The pieces that encode_segmented cuts: at least this long, with a byte >= 0xE0.
   static constexpr std::size_t kSegmentFrom = 7;
-  void encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
+  void encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s, bool suffixed = false) const;
   void encode_segmented(std::string_view piece, const DoubleArray& trie, std::vector<TokenId>& out, BpeScratch& s) const;
   void encode_segment(std::string_view seg, std::vector<TokenId>& out, BpeScratch& s) const;
   // A trie of every token with a byte >= 0x80 (tokens of ASCII bytes only cannot reach
