@@ -437,10 +437,16 @@ int main(int argc, char** argv) {
       cli::note(fmt::format("encoded {:.2f} MB into {} tokens in {:.3f} s: {:.1f} MB/s on {} thread{}", bytes / 1e6,
                             tokens, s, s > 0 ? bytes / 1e6 / s : 0.0, o.threads, o.threads == 1 ? "" : "s"));
     }
-    if (dropped)
+    if (dropped) {
+      const bool chars = t->bpe() && t->bpe()->char_level();
       cli::warn(fmt::format("{} input bytes have no token in this vocabulary and were left out (as HF "
-                            "tokenizers does); a vocabulary trained with --initial-alphabet bytes covers all",
-                            dropped));
+                            "tokenizers does); {}",
+                            dropped,
+                            chars ? "this character-level BPE has no unknown token (HF fails instead when the file "
+                                    "names an unk_token the vocabulary lacks, and its offsets after a left-out "
+                                    "character are shifted; lmpipe's are not)"
+                                  : "a vocabulary trained with --initial-alphabet bytes covers all"));
+    }
     if (o.stats) {
       std::string r = o.json ? stats.report_json(*t) : stats.report(*t);
       fmt::print("{}", r);

@@ -48,9 +48,11 @@ bool is_concat(std::string_view t, std::string_view a, std::string_view b) {
 }  // namespace
 
 Result<BpeModel> BpeModel::build(std::vector<std::string> tokens,
-                                 std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges, int threads) {
+                                 std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges, int threads,
+                                 std::string continuing_prefix) {
   BpeModel m;
   m.tokens_ = std::move(tokens);
+  m.prefix_ = std::move(continuing_prefix);
   std::vector<bool> shadowed = index_tokens(m.tokens_, m.ids_, m.byte_ids_, m.max_token_bytes_, threads);
   return finish_build(std::move(m), shadowed, std::move(merges), ignore_merges, threads);
 }
@@ -105,8 +107,15 @@ Result<BpeModel> BpeModel::finish_build(BpeModel m, const std::vector<bool>& sha
         infos[r] = MergeInfo{static_cast<std::uint32_t>(r), merged[r]};
         continue;
       }
-      TokenId id = merged_token(m.tokens_, m.ids_, shadowed, prev, m.tokens_[static_cast<std::size_t>(a)],
-                                m.tokens_[static_cast<std::size_t>(b)], joined);
+      // (with a continuing prefix, b's first bytes are dropped whatever they are, as HF does)
+      std::string_view right = m.tokens_[static_cast<std::size_t>(b)];
+      if (right.size() < m.prefix_.size()) {
+        first_bad[part] = r;
+        errors[part] = make_error(Errc::parse, "merge {}: right token is shorter than the continuing_subword_prefix", r + 1);
+        return;
+      }
+      right.remove_prefix(m.prefix_.size());
+      TokenId id = merged_token(m.tokens_, m.ids_, shadowed, prev, m.tokens_[static_cast<std::size_t>(a)], right, joined);
       if (id < 0) {
         first_bad[part] = r;
         errors[part] = make_error(Errc::parse, "merge {}: merged token is not in the vocabulary", r + 1);
@@ -186,11 +195,9 @@ void BpeModel::set_char_level(TokenId unk_id, bool byte_fallback, bool fuse_unk)
 }
 
 Status BpeModel::set_end_of_word_suffix(std::string suffix) {
-  if (char_level_ && !suffix.empty())
-    return make_error(Errc::unsupported, "end_of_word_suffix is supported for byte-level BPE only");
   suffix_ = std::move(suffix);
   suffix_ids_.fill(-1);
-  if (suffix_.empty()) return {};
+  if (suffix_.empty() || char_level_) return {};
   std::string t;
   for (int b = 0; b < 256; ++b) {
     t.assign(1, static_cast<char>(b));
@@ -213,14 +220,24 @@ void BpeModel::encode_suffixed(std::string_view piece, std::vector<TokenId>& out
   encode_bytes(piece, out, s, /*suffixed=*/true);
 }
 
-// HF's BPE word symbols (models/bpe/model.rs merge_word), character by character.
+// HF's BPE word symbols (models/bpe/model.rs merge_word), character by character: every
+// character but the first carries the continuing prefix, the last one the end-of-word
+// suffix, and what is looked up (and, with byte fallback, spelled in bytes, as HF does)
+// is the character with them.
 void BpeModel::symbolize_chars(std::string_view piece, BpeScratch& s) const {
   s.sym.clear();
   bool pending_unk = false;  // HF adds an unknown symbol only when the run ends
+  const bool affixed = !prefix_.empty() || !suffix_.empty();
   const auto* p = reinterpret_cast<const unsigned char*>(piece.data());
   for (std::size_t i = 0; i < piece.size();) {
     std::size_t n = text::decode_utf8(p, piece.size(), i).len;
     std::string_view ch = piece.substr(i, n);
+    if (affixed) {
+      s.key.assign(i > 0 ? std::string_view(prefix_) : std::string_view());
+      s.key += ch;
+      if (i + n == piece.size()) s.key += suffix_;
+      ch = s.key;
+    }
     i += n;
     TokenId id = find(ch);
     if (id >= 0) {
@@ -250,12 +267,7 @@ void BpeModel::symbolize_chars(std::string_view piece, BpeScratch& s) const {
 void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
   if (piece.empty()) return;
   if (char_level_) {
-    symbolize_chars(piece, s);
-    if (s.sym.size() >= 2) {
-      if (s.sym.size() <= 64) merge_linear(s);
-      else merge_heap(s);
-    }
-    out.insert(out.end(), s.sym.begin(), s.sym.end());
+    encode_chars(piece, out, s);
     return;
   }
   if (!suffix_.empty()) {
@@ -283,6 +295,24 @@ void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScra
     }
   }
   encode_bytes(piece, out, s);
+}
+
+// Character-level BPE; HF's ignore_merges looks the piece up whole first (without the
+// prefix or suffix).
+void BpeModel::encode_chars(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
+  if (ignore_merges_ && piece.size() <= max_token_bytes_) {
+    TokenId id = find(piece);
+    if (id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
+  symbolize_chars(piece, s);
+  if (s.sym.size() >= 2) {
+    if (s.sym.size() <= 64) merge_linear(s);
+    else merge_heap(s);
+  }
+  out.insert(out.end(), s.sym.begin(), s.sym.end());
 }
 
 // Pieces with a character of three or four UTF-8 bytes: Han, kana, Hangul (and emoji).

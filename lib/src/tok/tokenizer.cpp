@@ -50,6 +50,7 @@ Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vect
       metaspace_strip_(spec.metaspace_strip),
       charsmap_(std::move(spec.charsmap)),
       decoder_(spec.decoder),
+      decode_steps_(std::move(spec.decode_steps)),
       template_prefix_(std::move(spec.template_prefix)),
       template_suffix_(std::move(spec.template_suffix)),
       trim_offsets_(spec.trim_offsets),
@@ -357,6 +358,13 @@ void Tokenizer::token_spans(std::string_view piece, const TokenId* ids, std::siz
           int b = byte_token_value(t);
           if (b >= 0) return {{}, b};
         }
+        {  // (a word's tokens but the first carry the continuing prefix, its last the suffix)
+          const std::string& pre = bpe_->continuing_subword_prefix();
+          const std::string& suf = bpe_->end_of_word_suffix();
+          if (k > 0 && !pre.empty() && t.substr(0, pre.size()) == pre) t.remove_prefix(pre.size());
+          if (k + 1 == n && !suf.empty() && t.size() >= suf.size() && t.substr(t.size() - suf.size()) == suf)
+            t.remove_suffix(suf.size());
+        }
         return {t};
       case ModelType::wordpiece: {
         const auto& wp = static_cast<const WordPieceModel&>(*model_);
@@ -637,16 +645,39 @@ Result<std::optional<std::string_view>> Tokenizer::decode_text(TokenId id, bool 
 // HF's decoder chain of SentencePiece-style tokenizers: Replace ▁ → ' ', ByteFallback
 // (a run of <0xXX> tokens becomes its bytes when they are UTF-8, else one U+FFFD per
 // byte), Fuse, Strip one leading space.
+namespace {
+constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
+
+// HF's ByteFallback decoder on a run of byte tokens' values: the run as one text when it
+// is UTF-8, else U+FFFD for each byte (`each(text)` is called per resulting token).
+template <class Each>
+void byte_run(std::string& bytes, Each&& each) {
+  if (bytes.empty()) return;
+  if (text::is_valid_utf8(bytes)) each(std::string_view(bytes));
+  else
+    for (std::size_t k = 0; k < bytes.size(); ++k) each(kReplacementChar);
+  bytes.clear();
+}
+
+// Every `from` in `s` (not empty) replaced by `to`, left to right.
+void replace_all(std::string& s, std::string_view from, std::string_view to) {
+  for (std::size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
+}
+
+// HF's Strip decoder on one token: up to `start` leading and `stop` trailing characters
+// equal to `c` removed.
+std::string strip_chars(std::string_view t, std::string_view c, std::size_t start, std::size_t stop) {
+  std::size_t b = 0, e = t.size();
+  for (std::size_t k = 0; k < start && b < e && t.substr(b, c.size()) == c; ++k) b += c.size();
+  for (std::size_t k = 0; k < stop && e - b >= c.size() && t.substr(e - c.size(), c.size()) == c; ++k) e -= c.size();
+  return std::string(t.substr(b, e - b));
+}
+}  // namespace
+
 Status Tokenizer::decode_metaspace(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const {
   std::size_t start = out.size();
   std::string bytes;
-  auto flush = [&] {
-    if (bytes.empty()) return;
-    if (text::is_valid_utf8(bytes)) out += bytes;
-    else
-      for (std::size_t k = 0; k < bytes.size(); ++k) out += "\xEF\xBF\xBD";
-    bytes.clear();
-  };
+  auto flush = [&] { byte_run(bytes, [&](std::string_view t) { out += t; }); };
   for (std::size_t k = 0; k < n; ++k) {
     LMP_ASSIGN(std::optional<std::string_view> got, decode_text(ids[k], skip_special));
     if (!got) continue;
@@ -671,7 +702,78 @@ Status Tokenizer::decode_metaspace(const TokenId* ids, std::size_t n, std::strin
   return {};
 }
 
+// HF's decoder chain (decoders/*.rs) over the tokens' texts, step by step; with no step,
+// what HF gives without a decoder: the tokens joined by spaces.
+Status Tokenizer::decode_chain(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const {
+  std::vector<std::string> toks, next;
+  for (std::size_t k = 0; k < n; ++k) {
+    LMP_ASSIGN(std::optional<std::string_view> got, decode_text(ids[k], skip_special));
+    if (got) toks.emplace_back(*got);
+  }
+  if (decode_steps_.empty()) {
+    for (std::size_t k = 0; k < toks.size(); ++k) {
+      if (k) out += ' ';
+      out += toks[k];
+    }
+    return {};
+  }
+  using K = DecodeStep::Kind;
+  for (const DecodeStep& st : decode_steps_) {
+    const std::size_t last = toks.empty() ? 0 : toks.size() - 1;
+    switch (st.kind) {
+      case K::byte_fallback: {
+        next.clear();
+        std::string bytes;
+        auto emit = [&](std::string_view t) { next.emplace_back(t); };
+        for (std::string& t : toks) {
+          int b = byte_token_value(t);
+          if (b >= 0) {
+            bytes += static_cast<char>(b);
+            continue;
+          }
+          byte_run(bytes, emit);
+          next.push_back(std::move(t));
+        }
+        byte_run(bytes, emit);
+        toks.swap(next);
+        break;
+      }
+      case K::fuse: {
+        std::string all;
+        for (const std::string& t : toks) all += t;
+        toks.assign(1, std::move(all));
+        break;
+      }
+      case K::replace:
+        for (std::string& t : toks) replace_all(t, st.from, st.to);
+        break;
+      case K::strip:
+        for (std::string& t : toks) t = strip_chars(t, st.from, st.start, st.stop);
+        break;
+      case K::bpe:
+        for (std::size_t i = 0; i < toks.size(); ++i) replace_all(toks[i], st.from, i == last ? "" : " ");
+        break;
+      case K::wordpiece:
+        for (std::size_t i = 0; i < toks.size(); ++i) {
+          std::string& t = toks[i];
+          if (i > 0) {
+            if (t.compare(0, st.from.size(), st.from) == 0) t.erase(0, st.from.size());
+            else t.insert(0, 1, ' ');
+          }
+          if (st.flag) wordpiece_cleanup(t);
+        }
+        break;
+      case K::metaspace:
+        for (std::size_t i = 0; i < toks.size(); ++i) replace_all(toks[i], st.from, i == 0 && st.flag ? "" : " ");
+        break;
+    }
+  }
+  for (const std::string& t : toks) out += t;
+  return {};
+}
+
 Status Tokenizer::decode(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const {
+  if (decoder_ == Decoder::chain) return decode_chain(ids, n, out, skip_special);
   if (decoder_ == Decoder::sentencepiece && model_->type() == ModelType::sentencepiece)
     return static_cast<const SentencePieceModel&>(*model_).decode(ids, n, out);
   if (decoder_ == Decoder::metaspace) return decode_metaspace(ids, n, out, skip_special);

@@ -752,6 +752,81 @@ Status parse_sp_style_front(json::Value root, TokenizerSpec& spec, bool& split, 
   return {};
 }
 
+// HF's decoder as a chain of steps (Decoder::chain): a Sequence flattened; null gives no
+// step (HF then joins the tokens with spaces).
+Status parse_decode_steps(json::Value dec, std::vector<DecodeStep>& out) {
+  if (dec.is_null() || !dec.valid()) return {};
+  if (!dec.is_object()) return make_error(Errc::parse, "{}: decoder must be an object", dec.where());
+  std::string_view type = dec.get("type").str();
+  using K = DecodeStep::Kind;
+  DecodeStep st;
+  auto text = [&](const char* key, std::string_view dflt) -> Result<std::string> {
+    json::Value v = dec.get(key);
+    if (!v.valid() || v.is_null()) return std::string(dflt);
+    if (!v.is_string()) return make_error(Errc::parse, "{}: {} decoder: {} must be a string", v.where(), type, key);
+    return std::string(v.str());
+  };
+  auto one_char = [&](std::string_view c, const char* key) -> Status {
+    if (c.empty() || text::decode_utf8(reinterpret_cast<const unsigned char*>(c.data()), c.size(), 0).len != c.size())
+      return make_error(Errc::parse, "{}: {} decoder: {} must be one character", dec.where(), type, key);
+    return {};
+  };
+  if (type == "Sequence") {
+    json::Value list = dec.get("decoders");
+    if (!list.is_array()) return make_error(Errc::parse, "{}: Sequence without decoders", dec.where());
+    for (std::size_t i = 0; i < list.size(); ++i) LMP_TRY(parse_decode_steps(list[i], out));
+    return {};
+  }
+  if (type == "ByteFallback") {
+    st.kind = K::byte_fallback;
+  } else if (type == "Fuse") {
+    st.kind = K::fuse;
+  } else if (type == "Replace") {
+    st.kind = K::replace;
+    json::Value pat = dec.get("pattern");
+    if (!pat.get("String").is_string() || pat.get("String").str().empty())
+      return make_error(Errc::unsupported, "{}: a Replace decoder needs a non-empty String pattern (a Regex is not supported)",
+                        dec.where());
+    st.from = std::string(pat.get("String").str());
+    LMP_ASSIGN(st.to, text("content", ""));
+  } else if (type == "Strip") {
+    st.kind = K::strip;
+    LMP_ASSIGN(st.from, text("content", " "));
+    LMP_TRY(one_char(st.from, "content"));
+    auto count = [&](const char* key) -> Result<std::size_t> {
+      json::Value v = dec.get(key);
+      if (!v.valid() || v.is_null()) return std::size_t{0};
+      auto n = v.integer();
+      if (!n || *n < 0) return make_error(Errc::parse, "{}: Strip decoder: {} must be a count", v.where(), key);
+      return static_cast<std::size_t>(std::min<std::int64_t>(*n, 1 << 30));
+    };
+    LMP_ASSIGN(st.start, count("start"));
+    LMP_ASSIGN(st.stop, count("stop"));
+  } else if (type == "BPEDecoder") {
+    st.kind = K::bpe;
+    LMP_ASSIGN(st.from, text("suffix", "</w>"));
+    if (st.from.empty()) return make_error(Errc::unsupported, "{}: a BPEDecoder with an empty suffix", dec.where());
+  } else if (type == "WordPiece") {
+    st.kind = K::wordpiece;
+    LMP_ASSIGN(st.from, text("prefix", "##"));
+    st.flag = !dec.get("cleanup").is_bool() || dec.get("cleanup").boolean();
+  } else if (type == "Metaspace") {
+    st.kind = K::metaspace;
+    LMP_ASSIGN(st.from, text("replacement", kMetaspace));
+    LMP_TRY(one_char(st.from, "replacement"));
+    std::string_view scheme = dec.get("prepend_scheme").is_string() ? dec.get("prepend_scheme").str() : "always";
+    if (dec.get("add_prefix_space").is_bool() && !dec.get("add_prefix_space").boolean()) scheme = "never";
+    st.flag = scheme != "never";
+  } else {
+    return make_error(Errc::unsupported,
+                      "{}: decoder type '{}' is not supported here (ByteFallback, Fuse, Replace, Strip, BPEDecoder, "
+                      "WordPiece, Metaspace and Sequences of them are)",
+                      dec.where(), type);
+  }
+  out.push_back(std::move(st));
+  return {};
+}
+
 // Whether the decoder strips the leading space the metaspace normalization put there:
 // a Strip step (HF's SentencePiece-style chain), or a Metaspace decoder that prepends.
 // Without a decoder, as before: yes.
@@ -778,7 +853,10 @@ bool metaspace_decoder_strips(json::Value dec) {
 // that prepends ▁ or replaces with it, or the Metaspace pre-tokenizer.
 bool is_metaspace_bpe(json::Value root) {
   json::Value model = root.get("model");
-  if (model.get("byte_fallback").is_bool() && model.get("byte_fallback").boolean()) return true;
+  // (byte fallback over words, after another pre-tokenizer, is a character-level BPE of its own)
+  if (model.get("byte_fallback").is_bool() && model.get("byte_fallback").boolean() &&
+      (root.get("pre_tokenizer").is_null() || is_metaspace_pre(root.get("pre_tokenizer"))))
+    return true;
   json::Value norm = root.get("normalizer");
   std::vector<json::Value> list;
   if (norm.get("type").str() == "Sequence")
@@ -818,7 +896,8 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(const json::Document&
       return make_error(Errc::parse, "{}: unk_token '{}' is not in the vocabulary", model.where(), model.get("unk_token").str());
   }
   std::size_t n_merges = pairs.size();
-  auto built = BpeModel::build(std::move(v.tokens), std::move(pairs), false);
+  json::Value im = model.get("ignore_merges");
+  auto built = BpeModel::build(std::move(v.tokens), std::move(pairs), im.is_bool() && im.boolean());
   if (!built.ok())
     return locate_merge_error(std::move(built).error(), n_merges,
                               [&](std::size_t i) { return merge_where(doc, *merges.raw(), i); });
@@ -848,6 +927,51 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(const json::Document&
   return std::make_unique<Tokenizer>(std::move(bpe), std::move(spec), std::move(added), std::move(info));
 }
 
+// Character-level BPE over words: the original GPT's and HerBERT's (BertPreTokenizer, the
+// "</w>" suffix, BPEDecoder), HF's quicktour BPE (Whitespace, [UNK], no decoder), or a
+// continuing_subword_prefix ("##", with the WordPiece decoder). Any normalizer and
+// pre-tokenizer lmpipe reads; the decoder as its steps.
+Result<std::unique_ptr<Tokenizer>> load_char_bpe_json(const json::Document& doc, const std::string& name, PreSpec pre,
+                                                      int threads) {
+  json::Value root = doc.root();
+  json::Value model = root.get("model");
+  TokenizerSpec spec;
+  LMP_TRY(parse_normalizer(root.get("normalizer"), spec));
+  spec.pre = std::move(pre.pre);
+  LMP_TRY(parse_decode_steps(root.get("decoder"), spec.decode_steps));
+  spec.decoder = Decoder::chain;
+  LMP_TRY(parse_template(root.get("post_processor"), spec));
+  LMP_ASSIGN(auto added, parse_added(root.get("added_tokens")));
+  json::Value vocab = model.get("vocab");
+  if (!vocab.is_object()) return make_error(Errc::parse, "{}: model.vocab must be an object", model.where());
+  Vocab v;
+  LMP_TRY(parse_vocab(vocab, v, [](TokenId, std::string_view) { return false; }, /*byte_level=*/false, threads));
+  LMP_TRY(check_added_ids(added, v.tokens.size(), root.get("added_tokens").where()));
+  json::Value merges = model.get("merges");
+  std::vector<std::pair<TokenId, TokenId>> pairs;
+  if (merges.valid() && !merges.is_null()) LMP_TRY(parse_merges(doc, merges, v.text_ids, pairs, threads));
+  // An unk_token missing from the vocabulary (HF's trainer keeps the model's unk_token but
+  // adds it only when it is among the special tokens) is as none: a character without a
+  // token is dropped and counted, where HF fails the whole encoding.
+  TokenId unk = model.get("unk_token").is_string() ? v.text_ids.find(model.get("unk_token").str()) : -1;
+  auto affix = [&](const char* key) {
+    json::Value a = model.get(key);
+    return a.is_string() ? std::string(a.str()) : std::string();
+  };
+  std::string prefix = affix("continuing_subword_prefix"), suffix = affix("end_of_word_suffix");
+  auto flag = [&](const char* k) { return model.get(k).is_bool() && model.get(k).boolean(); };
+  std::size_t n_merges = pairs.size();
+  auto built = BpeModel::build(std::move(v.tokens), std::move(pairs), flag("ignore_merges"), threads, prefix);
+  if (!built.ok())
+    return locate_merge_error(std::move(built).error(), n_merges,
+                              [&](std::size_t i) { return merge_where(doc, *merges.raw(), i); });
+  auto bpe = std::make_unique<BpeModel>(std::move(built).value());
+  bpe->set_char_level(unk, flag("byte_fallback"), flag("fuse_unk"));
+  LMP_TRY(bpe->set_end_of_word_suffix(std::move(suffix)));
+  TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
+  return std::make_unique<Tokenizer>(std::move(bpe), std::move(spec), std::move(added), std::move(info));
+}
+
 // A parsed tokenizer.json (from a string or a mapped file).
 Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Document> doc, const std::string& name,
                                                       int threads) {
@@ -867,11 +991,10 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
   LMP_TRY(parse_pre_step(root.get("pre_tokenizer"), spec));
   json::Value dec = root.get("decoder");
   bool byte_level = spec.byte_level || (dec.is_object() && dec.get("type").str() == "ByteLevel");
-  if (!byte_level || (model.get("byte_fallback").is_bool() && model.get("byte_fallback").boolean()))
-    return make_error(Errc::unsupported,
-                      "{}: this BPE is not byte-level (SentencePiece style, '▁' and byte fallback); "
-                      "only byte-level BPE (GPT-2, Llama-3, Qwen) is supported",
-                      name);
+  if (!byte_level) return load_char_bpe_json(*doc, name, std::move(spec), threads);
+  if (model.get("byte_fallback").is_bool() && model.get("byte_fallback").boolean())
+    return make_error(Errc::unsupported, "{}: byte_fallback in a byte-level BPE (every byte has a token already)",
+                      model.get("byte_fallback").where());
   TokenizerSpec tspec;  // the normalizer, the post-processor: template (--add-special) and trim_offsets
   LMP_TRY(parse_normalizer(root.get("normalizer"), tspec));
   LMP_ASSIGN(auto added, parse_added(root.get("added_tokens")));

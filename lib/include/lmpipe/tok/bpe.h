@@ -46,9 +46,12 @@ class BpeModel final : public Model {
   // With `rank_by_token` (tiktoken), pairs are derived instead: every split a+b of a
   // token t with a and b tokens is a merge of rank id(t).
   // `threads` > 1 builds the indexes on that many threads (the same model).
+  // `continuing_prefix` (HF's continuing_subword_prefix, "##": on every symbol of a word but
+  // the first, character-level BPE only): merge (a, b) makes a followed by b without the
+  // prefix's bytes, as HF's builder does.
   static Result<BpeModel> build(std::vector<std::string> tokens,
                                 std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
-                                int threads = 1);
+                                int threads = 1, std::string continuing_prefix = {});
   // build() with the bytes → id index already made (by a loader that needed it first):
   // `ids` maps the bytes of every non-empty token to its id, as views into the strings
   // of `tokens` (which move with the vector), and no two tokens have the same bytes.
@@ -67,19 +70,21 @@ class BpeModel final : public Model {
   static TokenId merged_token(const std::vector<std::string>& tokens, const StringIdMap& ids,
                               const std::vector<bool>& shadowed, TokenId prev, std::string_view a,
                               std::string_view b, std::string& joined);
-  // SentencePiece-style BPE in HF's form (Mistral, Llama 2 converted): the symbols are
+  // Character-level BPE in HF's form: SentencePiece-style (Mistral, Llama 2 converted), or
+  // over words (the original GPT's, HerBERT's, HF's quicktour BPE). The symbols are
   // characters, not bytes; a character not in the vocabulary becomes its <0xXX> byte
   // tokens (byte_fallback) or the unknown token (runs fused into one with fuse_unk).
   void set_char_level(TokenId unk_id, bool byte_fallback, bool fuse_unk);
   bool char_level() const { return char_level_; }
   bool byte_fallback() const { return byte_fallback_; }
   bool fuse_unk() const { return fuse_unk_; }
-  // HF's end_of_word_suffix (CLIP's "</w>"), for byte-level BPE: the last byte of every
-  // piece starts as the token of that byte followed by `suffix` (a byte whose suffixed
-  // token is missing is dropped, as one without a token). Errors when the model is
-  // character-level.
+  // HF's end_of_word_suffix (CLIP's and the original GPT's "</w>"): the last symbol of
+  // every piece starts as its token followed by `suffix`. Byte-level: a byte whose
+  // suffixed token is missing is dropped, as one without a token. Character-level: as any
+  // character not in the vocabulary (byte fallback, unknown or dropped).
   Status set_end_of_word_suffix(std::string suffix);
   const std::string& end_of_word_suffix() const { return suffix_; }
+  const std::string& continuing_subword_prefix() const { return prefix_; }
   TokenId unk_id() const { return unk_id_; }
 
   // Append the ids of one pre-token piece to `out`.
@@ -112,6 +117,7 @@ class BpeModel final : public Model {
   static Result<BpeModel> finish_build(BpeModel m, const std::vector<bool>& shadowed,
                                        std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
                                        int threads, const std::vector<TokenId>& merged = {});
+  void encode_chars(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
   // The pieces that encode_segmented cuts: at least this long, with a byte >= 0xE0.
   static constexpr std::size_t kSegmentFrom = 7;
   void encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s, bool suffixed = false) const;
@@ -159,6 +165,7 @@ class BpeModel final : public Model {
   TokenId unk_id_ = -1;
   std::array<TokenId, 256> fallback_ids_{};               // <0xXX> tokens
   std::string suffix_;                                    // end_of_word_suffix ("" if none)
+  std::string prefix_;                                    // continuing_subword_prefix ("" if none)
   std::array<TokenId, 256> suffix_ids_{};                 // byte + suffix tokens, -1 if absent
   void encode_suffixed(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
   void symbolize_chars(std::string_view piece, BpeScratch& s) const;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "lmpipe/tok/types.h"
@@ -16,6 +17,7 @@ struct BpeScratch {
   std::vector<std::uint64_t> heap;   // (rank << 32 | position) min-heap for long pieces
   std::vector<std::uint8_t> dead;
   std::uint64_t dropped_bytes = 0;   // bytes with no token in the vocabulary
+  std::string key;                   // a character with its word prefix or suffix (character-level BPE)
   // Direct-mapped cache of recent pair lookups (pair_key → packed merge): the merge
   // table of a large vocabulary (8 MB for Llama-3) misses the CPU caches on nearly
   // every probe, while text reuses a few thousand pairs (CJK characters' bytes above all).

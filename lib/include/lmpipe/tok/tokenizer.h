@@ -42,6 +42,26 @@ enum class Decoder {
   wordpiece,   // HF's WordPiece decoder: words joined by spaces, "##" glued, cleanup
   sentencepiece,  // spm: ▁ → space, <0xXX> → bytes, control tokens dropped, dummy prefix removed
   metaspace,      // HF's SentencePiece-style chain: ▁ → space, ByteFallback, Fuse, Strip one leading space
+  chain,          // HF's decoder steps as the file lists them (TokenizerSpec::decode_steps); with
+                  // none, the tokens joined by spaces (HF without a decoder)
+};
+
+// One step of HF's decoder chain: it maps the list of token texts to a new list, which
+// the last step's output joins into the text.
+struct DecodeStep {
+  enum class Kind {
+    byte_fallback,  // a run of <0xXX> tokens → its bytes when UTF-8, else U+FFFD per byte
+    fuse,           // every token into one
+    replace,        // `from` → `to` in every token
+    strip,          // up to `start` / `stop` characters `from` off each token's ends
+    bpe,            // BPEDecoder: suffix `from` → " " (but "" in the last token)
+    wordpiece,      // prefix `from` stripped, else a space before (but the first); `flag`: cleanup
+    metaspace,      // replacement `from` → " "; `flag`: dropped in the first token instead
+  };
+  Kind kind = Kind::fuse;
+  std::string from, to;
+  std::size_t start = 0, stop = 0;
+  bool flag = false;
 };
 
 // Everything of a tokenizer but its model and added tokens.
@@ -68,6 +88,7 @@ struct TokenizerSpec {
   // HF's Precompiled normalizer (a SentencePiece character map), applied first.
   std::shared_ptr<const SpNormalizer> charsmap;
   Decoder decoder = Decoder::byte_level;
+  std::vector<DecodeStep> decode_steps;  // (Decoder::chain)
   // Added around every sequence by --add-special (HF's TemplateProcessing "single").
   std::vector<TokenId> template_prefix, template_suffix;
   // HF's ByteLevel / RobertaProcessing post-processor with trim_offsets: a token's
@@ -173,10 +194,11 @@ class Tokenizer {
     return id >= 0 && i < by_id_.size() ? by_id_[i] : nullptr;
   }
   const Model& model() const { return *model_; }
-  const BpeModel* bpe() const { return bpe_; }  // the model, when it is byte-level BPE
+  const BpeModel* bpe() const { return bpe_; }  // the model, when it is BPE
   const std::optional<text::BertNormalization>& bert_normalization() const { return bert_; }
   const Normalizer* normalizer() const { return chain_.get(); }
   Decoder decoder() const { return decoder_; }
+  const std::vector<DecodeStep>& decode_steps() const { return decode_steps_; }
   const PreTokenizer* pre_tokenizer() const { return pre_.get(); }
   const std::vector<AddedToken>& added_tokens() const { return added_; }
   const TokenizerInfo& info() const { return info_; }
@@ -225,6 +247,7 @@ class Tokenizer {
   // Spans in `piece` (normalized text) of the tokens ids[0, n) that encode it.
   void token_spans(std::string_view piece, const TokenId* ids, std::size_t n, std::vector<Range>& spans) const;
   Status decode_metaspace(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const;
+  Status decode_chain(const TokenId* ids, std::size_t n, std::string& out, bool skip_special) const;
   Result<std::optional<std::string_view>> decode_text(TokenId id, bool skip_special) const;
   void encode_piece(std::string_view piece, std::vector<TokenId>& out, Session& s) const;
   static const AddedMatch* match_added(const AddedSet& set, std::string_view text, std::size_t pos);
@@ -243,6 +266,7 @@ class Tokenizer {
   bool metaspace_strip_ = true;
   std::shared_ptr<const SpNormalizer> charsmap_;
   Decoder decoder_ = Decoder::byte_level;
+  std::vector<DecodeStep> decode_steps_;
   std::vector<TokenId> template_prefix_, template_suffix_;
   bool trim_offsets_ = false, trim_prefix_space_ = true;
   std::vector<AddedToken> added_;        // sorted by content length, longest first
