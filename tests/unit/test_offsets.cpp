@@ -229,3 +229,90 @@ TEST_CASE("encode_with_offsets: spans as HF gives them", "[offsets]") {
     CHECK(p.back() == std::pair<std::uint32_t, std::uint32_t>{5, 9});  // "▁dog" ← " dog"
   }
 }
+
+namespace {
+// A character-level BPE tokenizer.json over words (Whitespace), with `model` fields and a
+// decoder spliced in.
+std::unique_ptr<Tokenizer> char_bpe(const std::string& vocab, const std::string& merges, const std::string& model,
+                                    const std::string& decoder, const std::string& pre = R"({"type":"Whitespace"})") {
+  std::string j = R"({"version":"1.0","added_tokens":[],"normalizer":null,"pre_tokenizer":)" + pre +
+                  R"(,"post_processor":null,"decoder":)" + decoder + R"(,"model":{"type":"BPE",)" + model +
+                  R"("vocab":)" + vocab + R"(,"merges":)" + merges + "}}";
+  auto t = load_tokenizer_json(j, "char_bpe.json");
+  INFO((t.ok() ? std::string() : t.error().message));
+  REQUIRE(t.ok());
+  return std::move(t).value();
+}
+
+using Spans = std::vector<std::pair<std::uint32_t, std::uint32_t>>;
+struct Encoded {
+  std::vector<TokenId> ids;
+  Spans spans;
+  std::string text;  // decoded
+};
+
+Encoded run(const Tokenizer& t, std::string_view text) {
+  Encoded e;
+  Session s(t);
+  std::vector<Range> spans;
+  t.encode_with_offsets(text, e.ids, spans, s);
+  for (Range r : spans) e.spans.emplace_back(r.begin, r.end);
+  REQUIRE(t.decode(e.ids.data(), e.ids.size(), e.text).ok());
+  return e;
+}
+}  // namespace
+
+TEST_CASE("character-level BPE: the end-of-word suffix, the unknown token, BPEDecoder", "[offsets][bpe]") {
+  auto t = char_bpe(
+      R"({"<unk>":0,"l":1,"o":2,"w":3,"e":4,"r":5,"lo":6,"low":7,"r</w>":8,"er</w>":9,"w</w>":10,"low</w>":11})",
+      R"(["l o","lo w","e r</w>","lo w</w>"])", R"("unk_token":"<unk>","end_of_word_suffix":"</w>",)",
+      R"({"type":"BPEDecoder","suffix":"</w>"})");
+  // low: l o w</w> → lo w</w> → low</w>; lower: … w e r</w> → low er</w>; lo (a word of
+  // its own before ☃): o</w> is unknown, and so is ☃</w> (HF's ids).
+  Encoded e = run(*t, "low lower lo\xE2\x98\x83");
+  CHECK(e.ids == std::vector<TokenId>{11, 7, 9, 1, 0, 0});
+  CHECK(e.spans == Spans{{0, 3}, {4, 7}, {7, 9}, {10, 11}, {11, 12}, {12, 15}});
+  CHECK(e.text == "low lower l<unk><unk>");  // the suffix becomes a space, but in the last token
+}
+
+TEST_CASE("character-level BPE: a continuing prefix, fused unknowns, the WordPiece decoder", "[offsets][bpe]") {
+  auto t = char_bpe(R"({"[UNK]":0,"h":1,"##u":2,"##g":3,"##ug":4,"hug":5,"u":6})", R"(["##u ##g","h ##ug"])",
+                    R"("unk_token":"[UNK]","continuing_subword_prefix":"##","fuse_unk":true,)",
+                    R"({"type":"WordPiece","prefix":"##","cleanup":true})");
+  // hug: h ##u ##g → h ##ug → hug (merge h + ##ug drops the prefix); ug: u ##g, no merge.
+  Encoded e = run(*t, "hug ug \xE2\x98\x83\xE2\x98\x83");
+  CHECK(e.ids == std::vector<TokenId>{5, 6, 3, 0});
+  CHECK(e.spans == Spans{{0, 3}, {4, 5}, {5, 6}, {7, 13}});
+  CHECK(e.text == "hug ug [UNK]");
+  // A merge whose right token is shorter than the prefix cannot drop it: a located error.
+  std::string j = R"({"model":{"type":"BPE","continuing_subword_prefix":"##","vocab":{"h":0,"u":1,"hu":2},)"
+                  R"("merges":["h u"]},"pre_tokenizer":{"type":"Whitespace"},"decoder":null})";
+  auto bad = load_tokenizer_json(j, "short.json");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::Contains("short.json") && Catch::Contains("merge 1") &&
+                                      Catch::Contains("continuing_subword_prefix"));
+}
+
+TEST_CASE("character-level BPE: no unknown token, no decoder, a decoder chain", "[offsets][bpe]") {
+  // A character without a token is left out; the spans after it stay on their characters
+  // (HF's shift left by its length). Without a decoder the tokens are joined by spaces.
+  auto t = char_bpe(R"({"a":0,"b":1,"ab":2})", R"([["a","b"]])", "", "null", "null");
+  Encoded e = run(*t, "b\xE2\x98\x83" "ab");
+  CHECK(e.ids == std::vector<TokenId>{1, 2});
+  CHECK(e.spans == Spans{{0, 1}, {4, 6}});
+  CHECK(e.text == "b ab");
+  // ByteFallback, Replace, Strip, Fuse, as HF applies them token by token.
+  auto c = char_bpe(R"({"<0xE2>":0,"<0x98>":1,"<0x83>":2,"x":3,"y":4,"xy":5})", R"(["x y"])", R"("byte_fallback":true,)",
+                    R"({"type":"Sequence","decoders":[{"type":"ByteFallback"},)"
+                    R"({"type":"Replace","pattern":{"String":"y"},"content":"Y"},)"
+                    R"({"type":"Strip","content":"x","start":1,"stop":1},{"type":"Fuse"}]})");
+  e = run(*c, "xy \xE2\x98\x83 x y");
+  CHECK(e.ids == std::vector<TokenId>{5, 0, 1, 2, 3, 4});
+  CHECK(e.text == "Y\xE2\x98\x83Y");  // xy → xY → Y; ☃; x → ""; y → Y
+  // A decoder lmpipe does not read is a located error.
+  std::string j = R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":{"type":"Whitespace"},)"
+                  R"("decoder":{"type":"CTC"}})";
+  auto bad = load_tokenizer_json(j, "ctc.json");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::Contains("ctc.json") && Catch::Contains("CTC"));
+}
