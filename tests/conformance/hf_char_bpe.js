@@ -3,14 +3,15 @@
 // continuing prefix with the WordPiece decoder, byte fallback after Whitespace with a
 // decoder chain, HF's quicktour BPE with no decoder), each made and saved by HF
 // tokenizers itself: the words are what HF's own normalizer and pre-tokenizer make of the
-// corpus, and a plain pair-count learner here picks the merges (any merge list makes a
-// valid model). Characters seen only once are left out of the vocabulary, so that the
+// corpus, and the plain pair-count learner of bpe_learner.js picks the merges (any merge
+// list makes a valid model). Characters seen only once are left out of the vocabulary, so that the
 // unknown token, fused unknowns and byte fallback all occur.
 // Writes PREFIX_N.json for every form and one "N name" line per form to stdout.
 // usage: node hf_char_bpe.js corpus.txt PREFIX
 const fs = require("fs");
 const hf = require("@anush008/tokenizers");
 const { Tokenizer, BPE } = hf;
+const { learnMerges } = require("./bpe_learner.js");
 
 const args = process.argv.slice(2);
 if (args.length !== 2) {
@@ -69,29 +70,7 @@ forms.forEach((f, index) => {
   if (f.unk) add(f.unk);
   if (f.byteFallback) for (let b = 0; b < 256; ++b) add("<0x" + b.toString(16).toUpperCase().padStart(2, "0") + ">");
   for (const c of Array.from(seen.keys()).sort()) if (seen.get(c) >= 2) add(c);
-  const merges = [];
-  for (let r = 0; r < 400; ++r) {
-    const pairs = new Map();
-    for (const [w, n] of words)
-      for (let i = 0; i + 1 < w.length; ++i) {
-        if (!(w[i] in vocab) || !(w[i + 1] in vocab)) continue;
-        const p = w[i] + "\u0001" + w[i + 1];
-        pairs.set(p, (pairs.get(p) || 0) + n);
-      }
-    let best = null, bestN = 1;
-    for (const [p, n] of pairs) if (n > bestN || (n === bestN && best !== null && p < best)) { best = p; bestN = n; }
-    if (best === null) break;
-    const [a, b] = best.split("\u0001");
-    const merged = a + b.slice(pfx.length);
-    merges.push([a, b]);
-    add(merged);
-    for (const entry of words) {
-      const w = entry[0], o = [];
-      for (let i = 0; i < w.length; ++i)
-        if (i + 1 < w.length && w[i] === a && w[i + 1] === b) { o.push(merged); ++i; } else o.push(w[i]);
-      entry[0] = o;
-    }
-  }
+  const merges = learnMerges(words, vocab, 400, pfx.length);
   const options = {};
   if (f.unk) options.unkToken = f.unk;
   if (f.prefix) options.continuingSubwordPrefix = f.prefix;

@@ -3,11 +3,11 @@
 # so "a" inside a word and "a</w>" at its end are different tokens). A CLIP-shaped
 # tokenizer.json (CLIP's normalizer, Split then ByteLevel pre-tokenizer, byte-level
 # vocabulary of 256 bytes and 256 suffixed bytes, <|startoftext|> and <|endoftext|>) is
-# made from merges learnt here on the test text (a plain pair-count learner in the script:
-# any merge list makes a valid model) and saved by HF tokenizers itself. tok-encode must
-# give HF's ids and offsets, and decode to HF's text, on the stress text and, with the
-# reference data, 2,000 lines of English and of Chinese; without the suffix the file
-# encodes differently (the check can fail).
+# made from merges learnt here on the test text (the plain pair-count learner of
+# bpe_learner.js: any merge list makes a valid model) and saved by HF tokenizers itself.
+# tok-encode must give HF's ids and offsets, and decode to HF's text, on the stress text
+# and, with the reference data, 2,000 lines of English and of Chinese; without the suffix
+# the file encodes differently (the check can fail).
 # Needs node and @anush008/tokenizers (scripts/test installs them); skips without them.
 . "$(dirname "$0")/common.inc"
 require_node_peers
@@ -17,7 +17,8 @@ make_clip() {  # make_clip CORPUS OUT.json [NO_SUFFIX.json]
   node -e '
     const fs = require("fs");
     const { Tokenizer, BPE } = require("@anush008/tokenizers");
-    const [corpus, out, plain] = process.argv.slice(1);
+    const [learner, corpus, out, plain] = process.argv.slice(1);
+    const { learnMerges } = require(learner);
     // GPT-2 byte-level characters.
     const printable = [];
     for (let b = 33; b <= 126; ++b) printable.push(b);
@@ -39,27 +40,7 @@ make_clip() {  # make_clip CORPUS OUT.json [NO_SUFFIX.json]
     const vocab = {};
     for (const c of ch) vocab[c] = Object.keys(vocab).length;
     for (const c of ch) vocab[c + "</w>"] = Object.keys(vocab).length;
-    const merges = [];
-    for (let r = 0; r < 600; ++r) {
-      const pairs = new Map();
-      for (const [w, n] of words)
-        for (let i = 0; i + 1 < w.length; ++i) {
-          const p = w[i] + "\u0001" + w[i + 1];
-          pairs.set(p, (pairs.get(p) || 0) + n);
-        }
-      let best = null, bestN = 1;
-      for (const [p, n] of pairs) if (n > bestN || (n === bestN && best !== null && p < best)) { best = p; bestN = n; }
-      if (best === null) break;
-      const [a, b] = best.split("\u0001");
-      merges.push([a, b]);
-      if (!(a + b in vocab)) vocab[a + b] = Object.keys(vocab).length;
-      for (const entry of words) {
-        const w = entry[0], o = [];
-        for (let i = 0; i < w.length; ++i)
-          if (i + 1 < w.length && w[i] === a && w[i + 1] === b) { o.push(a + b); ++i; } else o.push(w[i]);
-        entry[0] = o;
-      }
-    }
+    const merges = learnMerges(words, vocab, 600);
     const save = (path, suffix) => {
       new Tokenizer(BPE.init(vocab, merges, suffix ? { endOfWordSuffix: "</w>" } : {})).save(path);
       const t = JSON.parse(fs.readFileSync(path, "utf8"));
@@ -77,7 +58,7 @@ make_clip() {  # make_clip CORPUS OUT.json [NO_SUFFIX.json]
       fs.writeFileSync(path, JSON.stringify(t));
     };
     save(out, true);
-    if (plain) save(plain, false);' "$@"
+    if (plain) save(plain, false);' "$src/tests/conformance/bpe_learner.js" "$@"
 }
 
 compare() {  # compare NAME TOKENIZER TEXT

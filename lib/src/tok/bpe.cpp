@@ -210,13 +210,7 @@ Status BpeModel::set_end_of_word_suffix(std::string suffix) {
 // HF's merge_word with an end-of-word suffix: the last byte's symbol carries it. HF's
 // ignore_merges looks the piece up without the suffix, and so does this.
 void BpeModel::encode_suffixed(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
-  if (ignore_merges_ && piece.size() <= max_token_bytes_) {
-    TokenId id = find(piece);
-    if (id >= 0) {
-      out.push_back(id);
-      return;
-    }
-  }
+  if (whole_token(piece, out)) return;
   encode_bytes(piece, out, s, /*suffixed=*/true);
 }
 
@@ -287,26 +281,14 @@ void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScra
     }
     // (another thread is making the trie: this piece whole, below, gives the same ids)
   }
-  if (ignore_merges_ && piece.size() <= max_token_bytes_) {
-    TokenId id = find(piece);
-    if (id >= 0) {
-      out.push_back(id);
-      return;
-    }
-  }
+  if (whole_token(piece, out)) return;
   encode_bytes(piece, out, s);
 }
 
 // Character-level BPE; HF's ignore_merges looks the piece up whole first (without the
 // prefix or suffix).
 void BpeModel::encode_chars(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
-  if (ignore_merges_ && piece.size() <= max_token_bytes_) {
-    TokenId id = find(piece);
-    if (id >= 0) {
-      out.push_back(id);
-      return;
-    }
-  }
+  if (whole_token(piece, out)) return;
   symbolize_chars(piece, s);
   if (s.sym.size() >= 2) {
     if (s.sym.size() <= 64) merge_linear(s);

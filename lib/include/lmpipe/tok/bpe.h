@@ -118,6 +118,14 @@ class BpeModel final : public Model {
                                        std::vector<std::pair<TokenId, TokenId>> merges, bool ignore_merges,
                                        int threads, const std::vector<TokenId>& merged = {});
   void encode_chars(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
+  // HF's ignore_merges: a piece that is a token (without any prefix or suffix) is that
+  // token. Appends it and returns true then.
+  bool whole_token(std::string_view piece, std::vector<TokenId>& out) const {
+    if (!ignore_merges_ || piece.size() > max_token_bytes_) return false;
+    TokenId id = find(piece);
+    if (id >= 0) out.push_back(id);
+    return id >= 0;
+  }
   // The pieces that encode_segmented cuts: at least this long, with a byte >= 0xE0.
   static constexpr std::size_t kSegmentFrom = 7;
   void encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s, bool suffixed = false) const;
