@@ -687,6 +687,13 @@ Status parse_template(json::Value pp, TokenizerSpec& spec);
 Result<std::unique_ptr<Tokenizer>> load_unigram_json(json::Value root, const std::string& name);
 
 
+// A Metaspace step's prepend_scheme: always (the default), first or never; the older
+// add_prefix_space false means never.
+std::string_view metaspace_scheme(json::Value m) {
+  if (m.get("add_prefix_space").is_bool() && !m.get("add_prefix_space").boolean()) return "never";
+  return m.get("prepend_scheme").is_string() ? m.get("prepend_scheme").str() : "always";
+}
+
 // HF's Metaspace pre-tokenizer (alone, or the one step of a Sequence): spaces become ▁,
 // a ▁ is prepended by prepend_scheme (always: unless the segment starts with one; first:
 // the same, and only at the start of the text; never; the older add_prefix_space), and
@@ -695,8 +702,7 @@ Status parse_metaspace_pre(json::Value pre, TokenizerSpec& spec, bool& split) {
   if (pre.get("type").str() == "Sequence" && pre.get("pretokenizers").size() == 1) pre = pre.get("pretokenizers")[0];
   if (pre.get("replacement").is_string() && pre.get("replacement").str() != kMetaspace)
     return make_error(Errc::unsupported, "{}: a Metaspace replacement other than ▁", pre.where());
-  std::string_view scheme = pre.get("prepend_scheme").is_string() ? pre.get("prepend_scheme").str() : "always";
-  if (pre.get("add_prefix_space").is_bool() && !pre.get("add_prefix_space").boolean()) scheme = "never";
+  std::string_view scheme = metaspace_scheme(pre);
   if (scheme != "always" && scheme != "first" && scheme != "never")
     return make_error(Errc::unsupported, "{}: Metaspace prepend_scheme '{}' is not one of always, first, never",
                       pre.where(), scheme);
@@ -814,8 +820,7 @@ Status parse_decode_steps(json::Value dec, std::vector<DecodeStep>& out) {
     st.kind = K::metaspace;
     LMP_ASSIGN(st.from, text("replacement", kMetaspace));
     LMP_TRY(one_char(st.from, "replacement"));
-    std::string_view scheme = dec.get("prepend_scheme").is_string() ? dec.get("prepend_scheme").str() : "always";
-    if (dec.get("add_prefix_space").is_bool() && !dec.get("add_prefix_space").boolean()) scheme = "never";
+    std::string_view scheme = metaspace_scheme(dec);
     st.flag = scheme != "never";
   } else {
     return make_error(Errc::unsupported,
@@ -841,8 +846,7 @@ bool metaspace_decoder_strips(json::Value dec) {
     std::string_view t = d.get("type").str();
     if (t == "Strip" && d.get("start").is_number() && d.get("start").num() >= 1) return true;
     if (t == "Metaspace") {
-      std::string_view scheme = d.get("prepend_scheme").is_string() ? d.get("prepend_scheme").str() : "always";
-      if (d.get("add_prefix_space").is_bool() && !d.get("add_prefix_space").boolean()) scheme = "never";
+      std::string_view scheme = metaspace_scheme(d);
       return scheme != "never";
     }
   }
