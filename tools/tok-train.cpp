@@ -1,6 +1,7 @@
-// tok-train: train a byte-level BPE vocabulary (HF BpeTrainer semantics) or a WordPiece
-// vocabulary (BERT), or count pre-tokens into count files that add up across shards
-// (`tok-train count`).
+// tok-train: train a byte-level BPE vocabulary (HF BpeTrainer semantics), a
+// character-level BPE over words (the original GPT's, HF's CharBPETokenizer), a WordPiece
+// vocabulary (BERT), SentencePiece-style BPE or unigram, or count pre-tokens into count
+// files that add up across shards (`tok-train count`).
 #include <chrono>
 #include <thread>
 
@@ -17,6 +18,7 @@ struct Options {
   std::string model = "bpe", output, format = "hf", pre_tokenizer = "gpt2", initial_alphabet, algo = "likelihood";
   bool cased = false, split_digits = false, no_byte_fallback = false;
   std::string normalization = "nfkc";
+  std::string suffix = "</w>", prefix, unk_token = "<unk>";  // char-bpe
   std::vector<std::string> user_defined, control;
   double character_coverage = 0.9995;
   std::vector<std::string> files, special_tokens;
@@ -27,18 +29,39 @@ struct Options {
 
 constexpr std::string_view kCountsMagic = "#lmpipe-counts v1";
 
-// Count the pre-tokens of text files, and add up count files, into `counts`.
 bool wordpiece(const Options& o) { return o.model == "wordpiece"; }
+bool char_bpe(const Options& o) { return o.model == "char-bpe"; }
 
-// BERT normalization of a WordPiece run: uncased (lowercase, strip accents) or cased.
-text::BertNormalization bert_norm(const Options& o) { return {true, true, !o.cased, !o.cased}; }
+// How words are counted: the normalization, the split, and the name a count file records
+// for the pair (count files add up only when it is the same). WordPiece: BERT normalization,
+// uncased ("bert") or cased ("bert-cased"), and the BERT split. char-bpe: the split's name
+// alone without normalization (as -m bpe), else the normalization's name, then ':' and the
+// split's unless it is bert. "+digits" ends the name with --split-digits.
+struct Counting {
+  std::optional<text::BertNormalization> norm;
+  std::string split, name;
+};
 
+Counting counting(const Options& o) {
+  std::string digits = o.split_digits ? "+digits" : "";
+  if (wordpiece(o))
+    return {text::BertNormalization{true, true, !o.cased, !o.cased}, "bert" + digits,
+            std::string(o.cased ? "bert-cased" : "bert") + digits};
+  if (!char_bpe(o)) return {std::nullopt, o.pre_tokenizer + digits, o.pre_tokenizer + digits};
+  const std::string& split = o.pre_tokenizer;
+  if (o.normalization == "identity") return {std::nullopt, split + digits, (split == "bert" ? "identity:bert" : split) + digits};
+  bool uncased = o.normalization == "bert-uncased";
+  std::string norm = uncased ? "bert" : "bert-cased";
+  return {text::BertNormalization{true, true, uncased, uncased}, split + digits,
+          (split == "bert" ? norm : norm + ":" + split) + digits};
+}
+
+// Count the pre-tokens of text files, and add up count files, into `counts`.
 Status gather(const Options& o, tok::WordCountMap& counts, std::string& pre_name, std::uint64_t& bytes,
               std::uint64_t& lines) {
-  LMP_ASSIGN(auto pre, tok::make_pre_tokenizer(wordpiece(o) ? (o.split_digits ? "bert+digits" : "bert") : o.pre_tokenizer));
-  std::optional<text::BertNormalization> norm;
-  if (wordpiece(o)) norm = bert_norm(o);
-  tok::WordCounter counter(*pre, o.threads, norm);
+  Counting how = counting(o);
+  LMP_ASSIGN(auto pre, tok::make_pre_tokenizer(how.split));
+  tok::WordCounter counter(*pre, o.threads, how.norm);
   std::string chunk;
   bool any_text = false;
   for (const auto& file : o.files) {
@@ -54,13 +77,16 @@ Status gather(const Options& o, tok::WordCountMap& counts, std::string& pre_name
       }
       std::string file_pre;
       LMP_TRY(tok::read_counts(all, reader->name(), counts, file_pre));
-      if (file_pre != o.pre_tokenizer) {
+      if (file_pre != how.name) {
         const char* hint = "";
         auto digits = [](const std::string& p) { return p.find("+digits") != std::string::npos; };
-        if (digits(file_pre) != digits(o.pre_tokenizer)) hint = " (+digits: --split-digits)";
+        if (digits(file_pre) != digits(how.name)) hint = " (+digits: --split-digits)";
+        else if (char_bpe(o) || file_pre.find(':') != std::string::npos)
+          hint = " (char-bpe: NORMALIZATION:SPLIT, from --normalization and --pre-tokenizer; bert: bert-uncased "
+                 "and the bert split; bert-cased: bert and the bert split)";
         else if (file_pre.substr(0, 4) == "bert" || wordpiece(o)) hint = " (bert: -m wordpiece; bert-cased: --cased)";
         return make_error(Errc::invalid_argument, "{}: counted with --pre-tokenizer {}, training with {}{}",
-                          reader->name(), file_pre, o.pre_tokenizer, hint);
+                          reader->name(), file_pre, how.name, hint);
       }
       bytes += all.size();
       continue;
@@ -82,7 +108,7 @@ Status gather(const Options& o, tok::WordCountMap& counts, std::string& pre_name
       for (auto& [w, c] : text_counts) counts[w] += c;
   }
   lines = counter.lines();
-  pre_name = o.pre_tokenizer;
+  pre_name = how.name;
   return {};
 }
 
@@ -96,7 +122,13 @@ const char* kExamples =
     "  ls shards/* | parallel tok-train count -o {}.counts {}\n"
     "  tok-train --vocab-size 32000 -o tok.json shards/*.counts\n"
     "  tok-train -m wordpiece --vocab-size 30522 --min-frequency 2 -o vocab.txt corpus.txt\n"
-    "  tok-train -m wordpiece --algo hf --cased -o bert.json corpus.txt";
+    "  tok-train -m wordpiece --algo hf --cased -o bert.json corpus.txt\n"
+    "  # character-level BPE over words: HF's CharBPETokenizer (BERT normalizer and split, </w>)\n"
+    "  tok-train -m char-bpe --vocab-size 30000 --min-frequency 2 --limit-alphabet 1000 -o char.json corpus.txt\n"
+    "  # the original GPT's form (lowercased), and HF's quicktour BPE (no normalizer, no affixes)\n"
+    "  tok-train -m char-bpe --normalization bert-uncased -o gpt.json corpus.txt\n"
+    "  tok-train -m char-bpe --normalization identity -P whitespace --suffix '' -S '[UNK]' \\\n"
+    "            --unk-token '[UNK]' -S '[CLS]' -S '[SEP]' -o quicktour.json corpus.txt";
 
 // The end-of-training report on stderr.
 void report(const Options& o, const tok::TrainReport& rep, std::size_t vocab,
@@ -114,11 +146,14 @@ void report(const Options& o, const tok::TrainReport& rep, std::size_t vocab,
       break;
     case tok::StopReason::no_pairs: why = fmt::format("no pairs left to merge after {} merges", cli::with_commas(rep.merges)); break;
   }
-  std::size_t n_special = o.special_tokens.empty() && wordpiece(o) ? 5 : o.special_tokens.size();
+  std::size_t n_special = !o.special_tokens.empty() ? o.special_tokens.size()
+                          : wordpiece(o)                ? 5
+                          : char_bpe(o)                 ? !o.unk_token.empty()
+                                                        : 0;
   if (rep.alphabet + n_special >= o.vocab_size)
     cli::warn(fmt::format("the alphabet ({} {}) and specials fill the vocabulary size {}: no merges were "
                           "possible; raise --vocab-size or set --limit-alphabet",
-                          rep.alphabet, wordpiece(o) ? "characters" : "bytes", o.vocab_size));
+                          rep.alphabet, o.model == "bpe" ? "bytes" : "characters", o.vocab_size));
   cli::note(fmt::format("stopped: {}", why));
   cli::note(fmt::format("alphabet {}{}, {} {}, vocabulary {}", rep.alphabet,
                         rep.alphabet_dropped ? fmt::format(" ({} dropped by --limit-alphabet)", rep.alphabet_dropped) : "",
@@ -220,9 +255,10 @@ int main(int argc, char** argv) {
                  "tokenizer.json to write (atomically); '-' for standard output; WordPiece: a name ending in .txt "
                  "writes a BERT vocab.txt (required)");
   app.add_option("-m,--model", o.model,
-                 "model to train: bpe (byte-level BPE), wordpiece (BERT), sp-bpe (SentencePiece BPE, as Llama 2), "
-                 "unigram (SentencePiece unigram)")
-      ->check(CLI::IsMember({"bpe", "wordpiece", "sp-bpe", "unigram"}));
+                 "model to train: bpe (byte-level BPE), char-bpe (character-level BPE over words, as the original "
+                 "GPT and HF's CharBPETokenizer), wordpiece (BERT), sp-bpe (SentencePiece BPE, as Llama 2), unigram "
+                 "(SentencePiece unigram)")
+      ->check(CLI::IsMember({"bpe", "char-bpe", "wordpiece", "sp-bpe", "unigram"}));
   app.add_option("--character-coverage", o.character_coverage,
                  "sp-bpe: keep the most frequent characters covering this share of the text (0.9995)")
       ->check(cli::Range(0.5, 1.0));
@@ -236,8 +272,19 @@ int main(int argc, char** argv) {
                  "sp-bpe, unigram: a piece with an id that never comes from text, like <s> (repeatable)")
       ->allow_extra_args(false);
   app.add_option("--normalization", o.normalization,
-                 "sp-bpe, unigram: nfkc (default), nfkc_cf (NFKC and case folding) or identity (as Llama 2)")
-      ->check(CLI::IsMember({"nfkc", "nfkc_cf", "identity"}));
+                 "sp-bpe, unigram: nfkc (default), nfkc_cf (NFKC and case folding) or identity (as Llama 2); "
+                 "char-bpe: bert (default: HF's BertNormalizer, cased), bert-uncased (also lowercase and strip "
+                 "accents, as the original GPT) or identity")
+      ->check(CLI::IsMember({"nfkc", "nfkc_cf", "identity", "bert", "bert-uncased"}));
+  app.add_option("--suffix", o.suffix,
+                 "char-bpe: end_of_word_suffix, on the last character of every word ('</w>', the default, as the "
+                 "original GPT; '' for none)");
+  app.add_option("--prefix", o.prefix,
+                 "char-bpe: continuing_subword_prefix, on every character of a word but the first (none by "
+                 "default; '##' as WordPiece)");
+  app.add_option("--unk-token", o.unk_token,
+                 "char-bpe: the unknown token ('<unk>'), the only special token unless -S gives them; '' for none "
+                 "(a character without a token is then left out)");
   app.add_flag("--no-byte-fallback", o.no_byte_fallback,
                "sp-bpe: no <0xXX> pieces; characters not kept become <unk>");
   app.add_option("--algo", o.algo,
@@ -254,8 +301,10 @@ int main(int argc, char** argv) {
                  "[MASK])")
       ->allow_extra_args(false);  // one token per -S; and "[UNK]" is a token, not CLI11's list syntax
   app.add_option("-P,--pre-tokenizer", o.pre_tokenizer,
-                 "split before BPE: gpt2 (default), cl100k, llama3, o200k, whitespace, none")
-      ->check(CLI::IsMember({"gpt2", "cl100k", "llama3", "o200k", "whitespace", "none"}));
+                 "split before BPE: gpt2 (default), cl100k, llama3, o200k, whitespace, none; char-bpe: bert "
+                 "(default, HF's BertPreTokenizer), whitespace (HF's Whitespace: \\w+ and [^\\w\\s]+ runs) or "
+                 "whitespace-split")
+      ->check(CLI::IsMember({"gpt2", "cl100k", "llama3", "o200k", "whitespace", "whitespace-split", "bert", "none"}));
   app.add_option("--limit-alphabet", o.limit_alphabet, "keep at most K initial characters (bytes), most frequent first");
   app.add_option("--initial-alphabet", o.initial_alphabet, "bytes: put all 256 bytes in the alphabet")
       ->check(CLI::IsMember({"bytes"}));
@@ -271,9 +320,13 @@ int main(int argc, char** argv) {
   count->add_option("-o,--output", o.output, "count file to write; '-' for standard output (required)");
   count->add_flag("-q,--quiet", count_quiet, "no progress or report on stderr");
   count->add_option("-P,--pre-tokenizer", o.pre_tokenizer, "as for training")
-      ->check(CLI::IsMember({"gpt2", "cl100k", "llama3", "o200k", "whitespace", "none"}));
-  count->add_option("-m,--model", o.model, "as for training (wordpiece: BERT normalization and split)")
-      ->check(CLI::IsMember({"bpe", "wordpiece"}));
+      ->check(CLI::IsMember({"gpt2", "cl100k", "llama3", "o200k", "whitespace", "whitespace-split", "bert", "none"}));
+  count->add_option("-m,--model", o.model,
+                    "as for training (wordpiece: BERT normalization and split; char-bpe: its --normalization and "
+                    "--pre-tokenizer)")
+      ->check(CLI::IsMember({"bpe", "char-bpe", "wordpiece"}));
+  count->add_option("--normalization", o.normalization, "char-bpe: as for training")
+      ->check(CLI::IsMember({"bert", "bert-uncased", "identity"}));
   count->add_flag("--cased", o.cased, "as for training");
   count->add_flag("--split-digits", o.split_digits, "as for training");
   count->add_option("-j,--threads", o.threads, "counting threads")->check(cli::Range(1, 256));
@@ -281,14 +334,18 @@ int main(int argc, char** argv) {
   cli::ToolSpec spec{
       "tok-train", "[OPTION]... -o TOKENIZER.json [FILE]...\n       tok-train count [OPTION]... -o COUNTS [FILE]...",
       "Train a byte-level BPE tokenizer (GPT-2 / Llama-3 style) with HF tokenizers' BpeTrainer semantics,\n"
-      "or a WordPiece tokenizer (BERT) by the likelihood criterion or as HF's WordPieceTrainer does.",
+      "a character-level BPE over words (the original GPT's, HF's CharBPETokenizer) with the same trainer,\n"
+      "a WordPiece tokenizer (BERT) by the likelihood criterion or as HF's WordPieceTrainer does, or a\n"
+      "SentencePiece-style BPE or unigram model over raw text.",
       "Each input line (with its newline) is one training sequence. --min-frequency is a stop\n"
       "threshold on pair counts, as in HF: training ends when the most frequent pair occurs fewer\n"
       "times. Ties between equally frequent pairs go to the smallest pair of ids, so the result is\n"
       "the same on every run and thread count. FILEs that are count files (from `tok-train count`)\n"
       "are added up instead of read as text. A report goes to stderr at the end (--quiet: none).\n"
       "WordPiece: text is BERT-normalized and split on whitespace and punctuation (each CJK\n"
-      "ideograph a word); --min-frequency is a floor: no pair occurring fewer times is merged.",
+      "ideograph a word); --min-frequency is a floor: no pair occurring fewer times is merged.\n"
+      "char-bpe: the alphabet is the words' characters (--limit-alphabet keeps the most frequent);\n"
+      "--suffix marks a word's last character, --prefix every other character but the first.",
       kExamples};
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
@@ -298,8 +355,13 @@ int main(int argc, char** argv) {
     if (o.files.empty()) o.files.push_back("-");
     if (o.threads == 0) o.threads = cli::default_threads();
     bool sp = o.model == "sp-bpe" || o.model == "unigram";
+    if ((app.count("--suffix") || app.count("--prefix") || app.count("--unk-token")) && !char_bpe(o))
+      throw cli::UsageError("--suffix, --prefix and --unk-token are for -m char-bpe");
+    bool bert_norm = o.normalization == "bert" || o.normalization == "bert-uncased";
+    bool given_split = app.count("--pre-tokenizer") || count->count("--pre-tokenizer");
     if (sp) {
-      if (count->parsed()) throw cli::UsageError("count files are for -m bpe and -m wordpiece");
+      if (count->parsed()) throw cli::UsageError("count files are for -m bpe, char-bpe and wordpiece");
+      if (bert_norm) throw cli::UsageError("--normalization " + o.normalization + " is for -m char-bpe");
       if (app.count("--pre-tokenizer")) throw cli::UsageError(o.model + " has no pre-tokenizer; --pre-tokenizer is for -m bpe");
       if (!o.special_tokens.empty()) throw cli::UsageError(o.model + " has <unk>, <s> and </s>; -S is for -m bpe and wordpiece");
       bool json_out = o.output.size() > 5 && o.output.substr(o.output.size() - 5) == ".json";
@@ -308,23 +370,32 @@ int main(int argc, char** argv) {
                               " or an HF tokenizer.json (*.json)");
       return train_sp(o, t0);
     }
-    if (app.count("--character-coverage") || o.no_byte_fallback || app.count("--normalization") ||
-        !o.user_defined.empty() || !o.control.empty())
+    if (app.count("--character-coverage") || o.no_byte_fallback || !o.user_defined.empty() || !o.control.empty())
       throw cli::UsageError(
-          "--character-coverage, --no-byte-fallback, --normalization, --user-defined-symbol and "
-          "--control-symbol are for -m sp-bpe and unigram");
+          "--character-coverage, --no-byte-fallback, --user-defined-symbol and --control-symbol are for -m sp-bpe "
+          "and unigram");
+    if (char_bpe(o)) {
+      if (!app.count("--normalization") && !count->count("--normalization")) o.normalization = "bert";
+      else if (!bert_norm && o.normalization != "identity")
+        throw cli::UsageError("char-bpe normalizes with --normalization bert, bert-uncased or identity");
+      if (!given_split) o.pre_tokenizer = "bert";
+      else if (o.pre_tokenizer != "bert" && o.pre_tokenizer != "whitespace" && o.pre_tokenizer != "whitespace-split")
+        throw cli::UsageError("char-bpe splits words with --pre-tokenizer bert, whitespace or whitespace-split");
+      if (!o.initial_alphabet.empty()) throw cli::UsageError("--initial-alphabet bytes is for byte-level BPE");
+      if (o.format != "hf") throw cli::UsageError("--format gpt2 is for byte-level BPE; char-bpe writes a tokenizer.json");
+    } else if (app.count("--normalization") || count->count("--normalization")) {
+      throw cli::UsageError("--normalization is for -m char-bpe, sp-bpe and unigram");
+    } else if (!wordpiece(o) && (o.pre_tokenizer == "bert" || o.pre_tokenizer == "whitespace-split")) {
+      throw cli::UsageError("--pre-tokenizer " + o.pre_tokenizer + " is for -m char-bpe");
+    }
     if (wordpiece(o)) {
-      if (app.count("--pre-tokenizer") || count->count("--pre-tokenizer"))
-        throw cli::UsageError("WordPiece uses the BERT split; --pre-tokenizer is for -m bpe");
+      if (given_split) throw cli::UsageError("WordPiece uses the BERT split; --pre-tokenizer is for -m bpe and char-bpe");
       if (!o.initial_alphabet.empty()) throw cli::UsageError("--initial-alphabet bytes is for byte-level BPE");
       if (o.format != "hf") throw cli::UsageError("--format gpt2 is for byte-level BPE; name the output *.txt for a vocab.txt");
       if (o.split_digits && !count->parsed() && o.output.size() > 4 && o.output.substr(o.output.size() - 4) == ".txt")
         throw cli::UsageError("--split-digits needs a tokenizer.json output: a vocab.txt cannot keep the Digits split");
-      o.pre_tokenizer = std::string(o.cased ? "bert-cased" : "bert") + (o.split_digits ? "+digits" : "");
     } else if (app.count("--algo") || o.cased) {
       throw cli::UsageError("--algo and --cased are for -m wordpiece");
-    } else if (o.split_digits) {
-      o.pre_tokenizer += "+digits";  // (so a count file records it too)
     }
     tok::WordCountMap counts;
     std::string pre_name;
@@ -337,6 +408,12 @@ int main(int argc, char** argv) {
     if (count->parsed()) return io::write_file_atomic(o.output, tok::format_counts(counts, pre_name));
     LMP_TRY(need_text(o, counts, bytes));
 
+    tok::TrainReport rep;
+    cli::Progress progress("merging");
+    auto on_merge = [&](std::size_t done, std::size_t most) {
+      progress.update(most ? static_cast<double>(done) / static_cast<double>(most) : 1.0,
+                      cli::with_commas(done) + " merges");
+    };
     if (wordpiece(o)) {
       tok::WordPieceTrainerConfig wc;
       wc.vocab_size = o.vocab_size;
@@ -346,14 +423,9 @@ int main(int argc, char** argv) {
       if (o.limit_alphabet) wc.limit_alphabet = o.limit_alphabet;
       if (o.max_token_length) wc.max_token_length = o.max_token_length;
       wc.algo = o.algo == "hf" ? tok::WordPieceAlgo::hf : tok::WordPieceAlgo::likelihood;
-      wc.normalization = bert_norm(o);
+      wc.normalization = *counting(o).norm;
       wc.split_digits = o.split_digits;
-      tok::TrainReport rep;
-      cli::Progress progress("merging");
-      LMP_ASSIGN(auto t, tok::train_wordpiece(counts, wc, rep, [&](std::size_t done, std::size_t most) {
-                   progress.update(most ? static_cast<double>(done) / static_cast<double>(most) : 1.0,
-                                   cli::with_commas(done) + " merges");
-                 }));
+      LMP_ASSIGN(auto t, tok::train_wordpiece(counts, wc, rep, on_merge));
       progress.done();
       bool txt = o.output.size() > 4 && o.output.substr(o.output.size() - 4) == ".txt";
       LMP_TRY(io::write_file_atomic(o.output, txt ? tok::to_vocab_txt(*t) : tok::to_tokenizer_json(*t)));
@@ -361,20 +433,32 @@ int main(int argc, char** argv) {
       return {};
     }
 
-    tok::BpeTrainerConfig cfg;
-    cfg.vocab_size = o.vocab_size;
-    cfg.min_frequency = o.min_frequency;
-    cfg.special_tokens = o.special_tokens;
-    if (o.limit_alphabet) cfg.limit_alphabet = o.limit_alphabet;
-    if (o.max_token_length) cfg.max_token_length = o.max_token_length;
-    cfg.initial_alphabet_bytes = o.initial_alphabet == "bytes";
-    LMP_ASSIGN(auto pre, tok::make_pre_tokenizer(pre_name));
-    tok::TrainReport rep;
-    cli::Progress progress("merging");
-    LMP_ASSIGN(auto t, tok::train_bpe(counts, cfg, std::move(pre), rep, [&](std::size_t done, std::size_t most) {
-                 progress.update(most ? static_cast<double>(done) / static_cast<double>(most) : 1.0,
-                                 cli::with_commas(done) + " merges");
-               }));
+    Counting how = counting(o);
+    LMP_ASSIGN(auto pre, tok::make_pre_tokenizer(how.split));
+    std::unique_ptr<tok::Tokenizer> t;
+    if (char_bpe(o)) {
+      tok::CharBpeTrainerConfig cfg;
+      cfg.vocab_size = o.vocab_size;
+      cfg.min_frequency = o.min_frequency;
+      cfg.special_tokens = o.special_tokens;
+      if (cfg.special_tokens.empty() && !o.unk_token.empty()) cfg.special_tokens = {o.unk_token};
+      cfg.unk_token = o.unk_token;
+      if (o.limit_alphabet) cfg.limit_alphabet = o.limit_alphabet;
+      if (o.max_token_length) cfg.max_token_length = o.max_token_length;
+      cfg.prefix = o.prefix;
+      cfg.suffix = o.suffix;
+      cfg.normalization = how.norm;
+      LMP_ASSIGN(t, tok::train_char_bpe(counts, cfg, std::move(pre), rep, on_merge));
+    } else {
+      tok::BpeTrainerConfig cfg;
+      cfg.vocab_size = o.vocab_size;
+      cfg.min_frequency = o.min_frequency;
+      cfg.special_tokens = o.special_tokens;
+      if (o.limit_alphabet) cfg.limit_alphabet = o.limit_alphabet;
+      if (o.max_token_length) cfg.max_token_length = o.max_token_length;
+      cfg.initial_alphabet_bytes = o.initial_alphabet == "bytes";
+      LMP_ASSIGN(t, tok::train_bpe(counts, cfg, std::move(pre), rep, on_merge));
+    }
     progress.done();
     counts = tok::WordCountMap();
     LMP_TRY(io::write_file_atomic(o.output, tok::to_tokenizer_json(*t)));

@@ -9,19 +9,6 @@
 . "$(dirname "$0")/common.inc"
 require_node_peers
 
-decodes() {  # decodes PREFIX TEXT...: HF's decoded text of each line = tok-encode's
-  prefix=$1
-  shift
-  while read -r n form; do
-    for t in "$@"; do
-      "$bin/tok-encode" -t "${prefix}_$n.json" "$t" >"$work/ids" || { fail=1; continue; }
-      "$bin/tok-encode" -t "${prefix}_$n.json" -d "$work/ids" >"$work/ours_text" || { fail=1; continue; }
-      node "$src/tests/conformance/hf_encode_ids.js" --decode "${prefix}_$n.json" "$t" >"$work/hf_text" || fail=1
-      check "$form, $(basename "$t"): tok-encode decodes to HF's text" "$work/hf_text" "$work/ours_text"
-    done
-  done <"$prefix.names"
-}
-
 text=$work/text.txt
 stress_text "$text"
 normalizer_text "$text"

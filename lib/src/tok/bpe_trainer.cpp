@@ -289,6 +289,17 @@ std::vector<std::pair<TokenId, TokenId>> run_bpe_merges(MergeProblem& mp, const 
   return merges;
 }
 
+void keep_last_rank(std::vector<std::pair<TokenId, TokenId>>& merges) {
+  FlatMap64<std::uint32_t> last;
+  for (std::size_t r = 0; r < merges.size(); ++r)
+    last.set(pair_key(merges[r].first, merges[r].second), static_cast<std::uint32_t>(r));
+  std::vector<std::pair<TokenId, TokenId>> kept;
+  kept.reserve(merges.size());
+  for (std::size_t r = 0; r < merges.size(); ++r)
+    if (*last.find(pair_key(merges[r].first, merges[r].second)) == r) kept.push_back(merges[r]);
+  merges.swap(kept);
+}
+
 Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const BpeTrainerConfig& cfg,
                                              std::unique_ptr<PreTokenizer> pre, TrainReport& report,
                                              const TrainProgress& progress) {
@@ -395,16 +406,7 @@ Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const B
       [](const std::string& t) { return static_cast<std::uint32_t>(t.size()); });
   id_to_word = std::move(mp.id_to_word);
 
-  // HF keeps merges in a map keyed by pair: a pair merged twice keeps its last rank.
-  {
-    FlatMap64<std::uint32_t> last;
-    for (std::size_t r = 0; r < merges.size(); ++r) last.set(pair_key(merges[r].first, merges[r].second), static_cast<std::uint32_t>(r));
-    std::vector<std::pair<TokenId, TokenId>> kept;
-    kept.reserve(merges.size());
-    for (std::size_t r = 0; r < merges.size(); ++r)
-      if (*last.find(pair_key(merges[r].first, merges[r].second)) == r) kept.push_back(merges[r]);
-    merges.swap(kept);
-  }
+  keep_last_rank(merges);
   report.merges = merges.size();
   report.vocab = id_to_word.size();
 

@@ -1,6 +1,7 @@
-// The merge loop shared by the BPE trainers (byte-level BPE, WordPiece as HF trains
-// it): HF BpeTrainer's max-heap of (pair count, smallest pair of ids) with stale
-// entries pushed back. Internal to the library.
+// The merge loop shared by the BPE trainers (byte-level BPE, character-level BPE,
+// WordPiece as HF trains it): HF BpeTrainer's max-heap of (pair count, smallest pair of
+// ids) with stale entries pushed back; and the character-level start they share.
+// Internal to the library.
 #pragma once
 
 #include <functional>
@@ -58,5 +59,33 @@ Status check_count_total(const MergeProblem& p);
 std::vector<std::pair<TokenId, TokenId>> run_bpe_merges(MergeProblem& p, const MergeLimits& lim, TrainReport& report,
                                                         const TrainProgress& progress, const JoinFn& join,
                                                         const LenFn& len_of);
+
+// HF keeps merges in a map keyed by pair: a pair merged twice (its left token made
+// again by another merge) keeps its last rank. Drops the earlier ones.
+void keep_last_rank(std::vector<std::pair<TokenId, TokenId>>& merges);
+
+// ---- Character-level symbols (character-level BPE, WordPiece) --------------------------
+// HF's BpeTrainer over characters: every character of a word but the first carries
+// `prefix` (continuing_subword_prefix) and the last one `suffix` (end_of_word_suffix).
+struct CharSymbols {
+  std::vector<std::string> special_tokens;
+  std::optional<std::size_t> limit_alphabet;
+  std::string prefix, suffix;
+};
+
+// A token's length for max_token_length: its characters, the affixes not counted (HF
+// counts one per character symbol).
+std::uint32_t char_len(std::string_view t, std::string_view prefix, std::string_view suffix);
+
+// Merge (a, b) makes a then b without b's leading prefix, as HF's trainer joins them.
+void join_pieces(const std::string& prefix, const std::string& a, const std::string& b, std::string& out);
+
+// Specials first (as added tokens), then the alphabet (characters weighted by word
+// counts, cut to limit_alphabet by frequency, sorted by code point), then the words as
+// symbol ids in byte order of the words, each affixed character a token when first met.
+// A character outside the alphabet is left out, as in HF (its neighbours keep their
+// affixes by position in the word).
+Status prepare_char_problem(const WordCountMap& counts, const CharSymbols& cfg, MergeProblem& mp,
+                            std::vector<AddedToken>& added, TrainReport& report);
 
 }  // namespace lmp::tok

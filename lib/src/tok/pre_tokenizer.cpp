@@ -644,12 +644,13 @@ Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(std::string_view name) 
         new ScannerPreTokenizer(std::string(name), std::string(kCl100kPattern), match_cl100k));
   if (name == "o200k") return make_icu_regex_pre_tokenizer(kO200kPattern);
   if (name == "whitespace") return std::unique_ptr<PreTokenizer>(new WhitespacePreTokenizer());
+  if (name == "whitespace-split") return make_char_split_pre_tokenizer(CharSplit::whitespace, SplitBehavior::removed);
   if (name == "none") return std::unique_ptr<PreTokenizer>(new NoPreTokenizer());
   if (name == "bert") return std::unique_ptr<PreTokenizer>(new BertPreTokenizer());
   if (name == "metaspace-words") return std::unique_ptr<PreTokenizer>(new MetaspaceWords());
   if (name == "metaspace") return std::unique_ptr<PreTokenizer>(new MetaspaceSplit());
   return make_error(Errc::invalid_argument,
-                    "unknown pre-tokenizer '{}' (known: gpt2, cl100k, llama3, o200k, whitespace, bert, none, "
+                    "unknown pre-tokenizer '{}' (known: gpt2, cl100k, llama3, o200k, whitespace, whitespace-split, bert, none, "
                     "each with +digits)",
                     name);
 }

@@ -1576,14 +1576,9 @@ void append_json_head(std::string& o, const Tokenizer& t) {
   }
 }
 
-std::string wordpiece_tokenizer_json(const Tokenizer& t) {
-  const auto& wp = static_cast<const WordPieceModel&>(t.model());
-  std::string o;
-  o.reserve(t.vocab_size() * 24);
-  append_json_head(o, t);
-  o += R"(],"normalizer":)";
-  append_normalizer_json(o, t);
-  o += R"(,"pre_tokenizer":)";
+// The pre-tokenizer of a tokenizer that is not byte-level: its split steps, one, a
+// Sequence, or null.
+void append_split_steps_json(std::string& o, const Tokenizer& t) {
   std::vector<const PreTokenizer*> steps;
   if (t.pre_tokenizer()) steps = t.pre_tokenizer()->steps();
   std::string parts;
@@ -1595,6 +1590,105 @@ std::string wordpiece_tokenizer_json(const Tokenizer& t) {
     }
   if (!parts.empty()) parts.pop_back();
   o += n_parts == 0 ? "null" : n_parts == 1 ? parts : R"({"type":"Sequence","pretokenizers":[)" + parts + "]}";
+}
+
+// HF's decoder for a chain of steps: one, a Sequence, or null.
+void append_decoder_json(std::string& o, const std::vector<DecodeStep>& steps) {
+  using K = DecodeStep::Kind;
+  auto str = [](const std::string& v) {
+    std::string q;
+    json::append_string(q, v);
+    return q;
+  };
+  std::vector<std::string> parts;
+  for (const DecodeStep& st : steps) {
+    switch (st.kind) {
+      case K::byte_fallback: parts.push_back(R"({"type":"ByteFallback"})"); break;
+      case K::fuse: parts.push_back(R"({"type":"Fuse"})"); break;
+      case K::replace:
+        parts.push_back(fmt::format(R"({{"type":"Replace","pattern":{{"String":{}}},"content":{}}})", str(st.from),
+                                    str(st.to)));
+        break;
+      case K::strip:
+        parts.push_back(fmt::format(R"({{"type":"Strip","content":{},"start":{},"stop":{}}})", str(st.from), st.start,
+                                    st.stop));
+        break;
+      case K::bpe: parts.push_back(fmt::format(R"({{"type":"BPEDecoder","suffix":{}}})", str(st.from))); break;
+      case K::wordpiece:
+        parts.push_back(fmt::format(R"({{"type":"WordPiece","prefix":{},"cleanup":{}}})", str(st.from), st.flag));
+        break;
+      case K::metaspace:
+        parts.push_back(fmt::format(R"({{"type":"Metaspace","replacement":{},"prepend_scheme":"{}","split":true}})",
+                                    str(st.from), st.flag ? "always" : "never"));
+        break;
+    }
+  }
+  if (parts.empty()) {
+    o += "null";
+  } else if (parts.size() == 1) {
+    o += parts[0];
+  } else {
+    o += R"({"type":"Sequence","decoders":[)";
+    for (std::size_t i = 0; i < parts.size(); ++i) o += (i ? "," : "") + parts[i];
+    o += "]}";
+  }
+}
+
+// A character-level BPE over words (tok-train -m char-bpe): tokens and merges as text.
+std::string char_bpe_tokenizer_json(const Tokenizer& t) {
+  const BpeModel& bpe = *t.bpe();
+  std::string o;
+  o.reserve(t.vocab_size() * 40);
+  append_json_head(o, t);
+  o += R"(],"normalizer":)";
+  append_normalizer_json(o, t);
+  o += R"(,"pre_tokenizer":)";
+  append_split_steps_json(o, t);
+  o += R"(,"post_processor":null,"decoder":)";
+  append_decoder_json(o, t.decode_steps());
+  auto text_or_null = [&](const std::string& v) {
+    if (v.empty()) o += "null";
+    else json::append_string(o, v);
+  };
+  o += R"(,"model":{"type":"BPE","dropout":null,"unk_token":)";
+  text_or_null(bpe.unk_id() >= 0 ? bpe.token(bpe.unk_id()) : std::string());
+  o += R"(,"continuing_subword_prefix":)";
+  text_or_null(bpe.continuing_subword_prefix());
+  o += R"(,"end_of_word_suffix":)";
+  text_or_null(bpe.end_of_word_suffix());
+  o += fmt::format(R"(,"fuse_unk":{},"byte_fallback":{},"ignore_merges":{},"vocab":{{)", bpe.fuse_unk(),
+                   bpe.byte_fallback(), bpe.ignore_merges());
+  bool first = true;
+  for (std::size_t id = 0; id < bpe.vocab_size(); ++id) {
+    const std::string& text = bpe.token(static_cast<TokenId>(id));
+    if (text.empty()) continue;
+    if (!first) o += ",";
+    first = false;
+    json::append_string(o, text);
+    o += ":" + std::to_string(id);
+  }
+  o += R"(},"merges":[)";
+  const auto& ml = bpe.merge_list();
+  for (std::size_t i = 0; i < ml.size(); ++i) {
+    o += i ? ",[" : "[";
+    json::append_string(o, bpe.token(ml[i].first));
+    o += ",";
+    json::append_string(o, bpe.token(ml[i].second));
+    o += "]";
+  }
+  o += "]}}";
+  return o;
+}
+
+std::string wordpiece_tokenizer_json(const Tokenizer& t) {
+  const auto& wp = static_cast<const WordPieceModel&>(t.model());
+  std::string o;
+  o.reserve(t.vocab_size() * 24);
+  append_json_head(o, t);
+  o += R"(],"normalizer":)";
+  append_normalizer_json(o, t);
+  o += R"(,"pre_tokenizer":)";
+  append_split_steps_json(o, t);
   o += R"(,"post_processor":)";
   if (t.template_prefix().size() == 1 && t.template_suffix().size() == 1) {
     std::string cls = t.token_string(t.template_prefix()[0]), sep = t.token_string(t.template_suffix()[0]);
@@ -1642,6 +1736,9 @@ std::string wordpiece_tokenizer_json(const Tokenizer& t) {
 
 std::string to_tokenizer_json(const Tokenizer& t) {
   if (!t.bpe()) return wordpiece_tokenizer_json(t);
+  // (SentencePiece-style tokenizers are written by their trainer, sp_trainer.cpp)
+  LMP_ASSERT(!t.bpe()->char_level() || t.decoder() == Decoder::chain);
+  if (t.bpe()->char_level()) return char_bpe_tokenizer_json(t);
   const BpeModel& bpe = *t.bpe();
   std::string o;
   o.reserve(t.vocab_size() * 40);

@@ -14,105 +14,15 @@ namespace lmp::tok {
 
 namespace {
 
-// The characters of a word as strings (an invalid byte is a character of its own).
-void chars_of(std::string_view w, std::vector<std::string_view>& out) {
-  out.clear();
-  const auto* p = reinterpret_cast<const unsigned char*>(w.data());
-  for (std::size_t i = 0; i < w.size();) {
-    auto c = text::decode_utf8(p, w.size(), i);
-    out.push_back(w.substr(i, c.len));
-    i += c.len;
-  }
-}
-
-std::uint32_t first_cp(std::string_view c) {
-  return text::decode_utf8(reinterpret_cast<const unsigned char*>(c.data()), c.size(), 0).cp;
-}
-
-std::uint32_t char_len(std::string_view t, std::string_view prefix) {
-  if (!prefix.empty() && t.substr(0, prefix.size()) == prefix && t.size() > prefix.size()) t.remove_prefix(prefix.size());
-  return static_cast<std::uint32_t>(text::count_chars(t));
-}
-
-// Steps shared by both algorithms: specials, alphabet, words as symbol ids.
+// Specials, alphabet, words as symbol ids ("##" on continuations), shared by both
+// algorithms; the unknown token must be among the specials.
 Status prepare(const WordCountMap& counts, const WordPieceTrainerConfig& cfg, MergeProblem& mp,
                std::vector<AddedToken>& added, TrainReport& report) {
-  auto add = [&](std::string s) {
-    auto id = static_cast<TokenId>(mp.id_to_word.size());
-    mp.word_to_id.emplace(s, id);
-    mp.len.push_back(char_len(s, cfg.prefix));
-    mp.id_to_word.push_back(std::move(s));
-    return id;
-  };
-  for (const auto& s : cfg.special_tokens) {
-    if (s.empty()) return make_error(Errc::invalid_argument, "a special token cannot be empty");
-    if (mp.word_to_id.count(s)) continue;
-    TokenId id = add(s);
-    added.push_back(AddedToken{s, id, true, false, false, false, false});
-  }
-  if (!mp.word_to_id.count(cfg.unk_token))
+  if (std::find(cfg.special_tokens.begin(), cfg.special_tokens.end(), cfg.unk_token) == cfg.special_tokens.end())
     return make_error(Errc::invalid_argument,
                       "WordPiece needs its unknown token among the special tokens: add -S '{}'", cfg.unk_token);
-
-  // Alphabet: characters weighted by word counts.
-  std::unordered_map<std::string_view, std::uint64_t> freq;
-  std::vector<std::string_view> cs;
-  for (const auto& [w, c] : counts) {
-    chars_of(w, cs);
-    for (auto ch : cs) {
-      auto& f = freq[ch];
-      f = f + c < f ? std::numeric_limits<std::uint64_t>::max() : f + c;
-    }
-  }
-  std::vector<std::pair<std::string_view, std::uint64_t>> alpha(freq.begin(), freq.end());
-  if (cfg.limit_alphabet && alpha.size() > *cfg.limit_alphabet) {
-    std::size_t drop = alpha.size() - *cfg.limit_alphabet;
-    std::sort(alpha.begin(), alpha.end(), [](const auto& x, const auto& y) {
-      if (x.second != y.second) return x.second < y.second;
-      return first_cp(x.first) < first_cp(y.first);
-    });
-    alpha.erase(alpha.begin(), alpha.begin() + static_cast<std::ptrdiff_t>(drop));
-    report.alphabet_dropped = drop;
-  }
-  std::sort(alpha.begin(), alpha.end(), [](const auto& x, const auto& y) {
-    std::uint32_t a = first_cp(x.first), b = first_cp(y.first);
-    return a != b ? a < b : x.first < y.first;
-  });
-  for (const auto& [ch, f] : alpha)
-    if (!mp.word_to_id.count(std::string(ch))) add(std::string(ch));
-  report.alphabet = alpha.size();
-
-  // Words in byte order; a character outside the alphabet is left out, as in HF.
-  std::vector<const std::pair<const std::string, std::uint64_t>*> items;
-  items.reserve(counts.size());
-  for (const auto& kv : counts) items.push_back(&kv);
-  std::sort(items.begin(), items.end(), [](auto* x, auto* y) { return x->first < y->first; });
-  mp.words.resize(items.size());
-  mp.wcount.resize(items.size());
-  std::string s;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    mp.wcount[i] = word_count(items[i]->second);
-    chars_of(items[i]->first, cs);
-    auto& w = mp.words[i];
-    for (std::size_t k = 0; k < cs.size(); ++k) {
-      s.assign(cs[k]);
-      if (!mp.word_to_id.count(s)) continue;
-      if (k > 0) s.insert(0, cfg.prefix);
-      auto it = mp.word_to_id.find(s);
-      w.push_back(it != mp.word_to_id.end() ? it->second : add(s));
-    }
-  }
-  report.words = items.size();
-  return check_count_total(mp);
-}
-
-void join_pieces(const std::string& prefix, const std::string& a, const std::string& b, std::string& out) {
-  out.reserve(a.size() + b.size());
-  out.append(a);
-  if (!prefix.empty() && b.size() > prefix.size() && b.compare(0, prefix.size(), prefix) == 0)
-    out.append(b, prefix.size(), std::string::npos);
-  else
-    out.append(b);
+  return prepare_char_problem(counts, CharSymbols{cfg.special_tokens, cfg.limit_alphabet, cfg.prefix, ""}, mp, added,
+                              report);
 }
 
 // ---- The likelihood criterion -----------------------------------------------------
@@ -215,7 +125,7 @@ std::vector<std::pair<TokenId, TokenId>> run_likelihood(MergeProblem& mp, const 
       nid = it->second;
     } else {
       nid = static_cast<TokenId>(mp.id_to_word.size());
-      mp.len.push_back(char_len(joined, cfg.prefix));
+      mp.len.push_back(char_len(joined, cfg.prefix, ""));
       mp.word_to_id.emplace(joined, nid);
       mp.id_to_word.push_back(std::move(joined));
       sym.push_back(0);
@@ -280,7 +190,7 @@ Result<std::unique_ptr<Tokenizer>> train_wordpiece(const WordCountMap& counts, c
     merges = run_bpe_merges(
         mp, MergeLimits{cfg.vocab_size, cfg.min_frequency, cfg.max_token_length}, report, progress,
         [&](const std::string& a, const std::string& b, std::string& out) { join_pieces(cfg.prefix, a, b, out); },
-        [&](const std::string& t) { return char_len(t, cfg.prefix); });
+        [&](const std::string& t) { return char_len(t, cfg.prefix, ""); });
   } else {
     merges = run_likelihood(mp, cfg, report, progress);
   }

@@ -89,4 +89,30 @@ Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const B
                                              std::unique_ptr<PreTokenizer> pre, TrainReport& report,
                                              const TrainProgress& progress = {});
 
+// Character-level BPE over words (HF's CharBPETokenizer, the original GPT's form; HF's
+// quicktour BPE without affixes): the BpeTrainer above with characters for bytes. The
+// alphabet is the words' characters, weighted by their counts, cut to limit_alphabet by
+// frequency, sorted by code point; every character but a word's first carries `prefix`
+// and the last one `suffix`, each affixed form a token when first met, the words visited
+// in byte order. A merge (a, b) makes a then b without b's prefix. The tokenizer decodes
+// with HF's BPEDecoder (after a Replace of the prefix) with a suffix, the WordPiece
+// decoder with a prefix alone, and joins tokens by spaces without affixes.
+//
+// Without affixes this is HF's trainer exactly. With them HF numbers the affixed
+// characters in the order of a randomly seeded hash map, so ties between equally frequent
+// pairs fall differently from run to run; here they fall the same on every run.
+struct CharBpeTrainerConfig {
+  std::size_t vocab_size = 30000;
+  std::uint64_t min_frequency = 0;
+  std::vector<std::string> special_tokens;
+  std::string unk_token;  // the model's unknown token, among special_tokens; "" for none
+  std::optional<std::size_t> limit_alphabet;
+  std::optional<std::size_t> max_token_length;  // characters, affixes not counted
+  std::string prefix, suffix;                   // continuing_subword_prefix, end_of_word_suffix
+  std::optional<text::BertNormalization> normalization;  // what the words were counted with
+};
+Result<std::unique_ptr<Tokenizer>> train_char_bpe(const WordCountMap& counts, const CharBpeTrainerConfig& cfg,
+                                                  std::unique_ptr<PreTokenizer> pre, TrainReport& report,
+                                                  const TrainProgress& progress = {});
+
 }  // namespace lmp::tok

@@ -53,7 +53,8 @@ inline constexpr std::string_view kO200kPattern =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 inline constexpr std::string_view kWhitespacePattern = R"(\w+|[^\w\s]+)";
 
-// By name: gpt2, cl100k, llama3 (the same split as cl100k), o200k, whitespace, bert
+// By name: gpt2, cl100k, llama3 (the same split as cl100k), o200k, whitespace (HF's
+// Whitespace: \w+ and [^\w\s]+ runs), whitespace-split (HF's WhitespaceSplit), bert
 // (HF's BertPreTokenizer: whitespace removed, each punctuation character isolated), none.
 // NAME+digits first splits off every \p{N} character on its own (HF's Digits with
 // individual_digits, before the split, as StarCoder has it), then splits as NAME.

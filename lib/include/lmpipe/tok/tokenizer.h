@@ -314,7 +314,8 @@ Result<std::unique_ptr<Tokenizer>> load_vocab_txt(const std::string& path, const
 // A SentencePiece .model (unigram or BPE); --add-special adds its <s>.
 Result<std::unique_ptr<Tokenizer>> load_sentencepiece(const std::string& path);
 
-// HF tokenizer.json text (compact, in HF's key order): byte-level BPE or WordPiece.
+// HF tokenizer.json text (compact, in HF's key order): byte-level BPE, character-level
+// BPE over words (tok-train -m char-bpe) or WordPiece.
 std::string to_tokenizer_json(const Tokenizer& t);
 // BERT vocab.txt: the model's tokens, one per line, in id order.
 std::string to_vocab_txt(const Tokenizer& t);
