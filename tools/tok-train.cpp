@@ -82,8 +82,8 @@ Status gather(const Options& o, tok::WordCountMap& counts, std::string& pre_name
         auto digits = [](const std::string& p) { return p.find("+digits") != std::string::npos; };
         if (digits(file_pre) != digits(how.name)) hint = " (+digits: --split-digits)";
         else if (char_bpe(o) || file_pre.find(':') != std::string::npos)
-          hint = " (char-bpe: NORMALIZATION:SPLIT, from --normalization and --pre-tokenizer; bert: bert-uncased "
-                 "and the bert split; bert-cased: bert and the bert split)";
+          hint = " (char-bpe counts are named NORMALIZATION:SPLIT, the split alone without normalization; "
+                 "bert-cased and bert are the BERT normalization, cased or not, with the bert split)";
         else if (file_pre.substr(0, 4) == "bert" || wordpiece(o)) hint = " (bert: -m wordpiece; bert-cased: --cased)";
         return make_error(Errc::invalid_argument, "{}: counted with --pre-tokenizer {}, training with {}{}",
                           reader->name(), file_pre, how.name, hint);
@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
                  "stop merging when the best pair occurs fewer times than this (0)");
   app.add_option("-S,--special-token", o.special_tokens,
                  "special token, given the first ids in order; repeatable (WordPiece default: [PAD] [UNK] [CLS] [SEP] "
-                 "[MASK])")
+                 "[MASK]; char-bpe default: the --unk-token)")
       ->allow_extra_args(false);  // one token per -S; and "[UNK]" is a token, not CLI11's list syntax
   app.add_option("-P,--pre-tokenizer", o.pre_tokenizer,
                  "split before BPE: gpt2 (default), cl100k, llama3, o200k, whitespace, none; char-bpe: bert "
@@ -308,7 +308,9 @@ int main(int argc, char** argv) {
   app.add_option("--limit-alphabet", o.limit_alphabet, "keep at most K initial characters (bytes), most frequent first");
   app.add_option("--initial-alphabet", o.initial_alphabet, "bytes: put all 256 bytes in the alphabet")
       ->check(CLI::IsMember({"bytes"}));
-  app.add_option("--max-token-length", o.max_token_length, "do not build tokens longer than this many bytes");
+  app.add_option("--max-token-length", o.max_token_length,
+                 "do not build tokens longer than this many bytes (char-bpe, wordpiece: characters, affixes not "
+                 "counted)");
   app.add_option("-f,--format", o.format, "hf: tokenizer.json; gpt2: also vocab.json and merges.txt beside it")
       ->check(CLI::IsMember({"hf", "gpt2"}));
   app.add_option("-j,--threads", o.threads, "counting threads (default: the number of cores)")->check(cli::Range(1, 256));

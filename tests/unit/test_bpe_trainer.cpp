@@ -200,3 +200,137 @@ TEST_CASE("a merge that builds a special token's text reuses its id, as in HF", 
   t->bpe()->encode("<s>", enc, scratch);
   CHECK(enc == std::vector<TokenId>{0});
 }
+
+// ---- Character-level BPE over words (tok-train -m char-bpe) ----------------------------
+
+namespace {
+std::unique_ptr<Tokenizer> train_chars(const WordCountMap& wc, CharBpeTrainerConfig cfg, const char* pre = "whitespace-split") {
+  TrainReport r;
+  auto t = train_char_bpe(wc, cfg, make_pre_tokenizer(pre).value(), r);
+  INFO((t.ok() ? std::string() : t.error().message));
+  REQUIRE(t.ok());
+  return std::move(t).value();
+}
+
+std::vector<std::string> vocab_of(const Tokenizer& t) {
+  std::vector<std::string> v;
+  for (std::size_t id = 0; id < t.vocab_size(); ++id) v.push_back(t.token_string(static_cast<TokenId>(id)));
+  return v;
+}
+
+std::vector<TokenId> ids_of(const Tokenizer& t, std::string_view text) {
+  Session s(t);
+  std::vector<TokenId> ids;
+  t.encode(text, ids, s);
+  return ids;
+}
+
+std::string decoded(const Tokenizer& t, const std::vector<TokenId>& ids) {
+  std::string out;
+  REQUIRE(t.decode(ids.data(), ids.size(), out).ok());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("char-bpe: the suffix on a word's last character, merges by count then smallest ids", "[tok][train]") {
+  CharBpeTrainerConfig cfg;
+  cfg.special_tokens = {"<unk>"};
+  cfg.unk_token = "<unk>";
+  cfg.suffix = "</w>";
+  cfg.vocab_size = 7;
+  // "ab" (5): a b</w>; "abb" (2): a b b</w>. (a, b</w>) 5 times first; then (a, b) and
+  // (b, b</w>) 2 times each: the smaller pair of ids, (a, b); then (ab, b</w>).
+  auto t = train_chars(WordCountMap{{"ab", 5}, {"abb", 2}}, cfg);
+  CHECK(vocab_of(*t) == std::vector<std::string>{"<unk>", "a", "b", "b</w>", "ab</w>", "ab", "abb</w>"});
+  // "ba": b, then "a</w>", which has no token: the unknown token.
+  CHECK(ids_of(*t, "ab abb ba") == std::vector<TokenId>{4, 6, 2, 0});
+  CHECK(decoded(*t, {4, 6, 2, 3}) == "ab abb bb");  // BPEDecoder: the suffix is a space, none at the end
+  // Written and read back (HF's tokenizer.json): the same tokenizer.
+  auto back = load_tokenizer_json(to_tokenizer_json(*t), "char.json");
+  REQUIRE(back.ok());
+  CHECK(vocab_of(*back.value()) == vocab_of(*t));
+  CHECK(ids_of(*back.value(), "ab abb ba abba") == ids_of(*t, "ab abb ba abba"));
+  CHECK(decoded(*back.value(), {4, 6, 2, 3}) == "ab abb bb");
+}
+
+TEST_CASE("char-bpe: prefix and suffix; max_token_length counts characters, not affixes", "[tok][train]") {
+  CharBpeTrainerConfig cfg;
+  cfg.prefix = "##";
+  cfg.suffix = "</w>";
+  cfg.max_token_length = 4;
+  // "abc": a ##b ##c</w>; (a, ##b) and (##b, ##c</w>) tie: (a, ##b) has the smaller ids.
+  // The merge drops ##b's prefix. A pair a merge forms counts when its length is under the
+  // limit, as in HF: (ab, ##c</w>) is 2 + 1 characters < 4 (with the affixes, 2 + 7).
+  auto t = train_chars(WordCountMap{{"abc", 3}}, cfg);
+  CHECK(vocab_of(*t) == std::vector<std::string>{"a", "b", "c", "##b", "##c</w>", "ab", "abc</w>"});
+  CHECK(ids_of(*t, "abc") == std::vector<TokenId>{6});
+  cfg.max_token_length = 3;
+  t = train_chars(WordCountMap{{"abc", 3}}, cfg);
+  CHECK(vocab_of(*t) == std::vector<std::string>{"a", "b", "c", "##b", "##c</w>", "ab"});
+  CHECK(ids_of(*t, "abc") == std::vector<TokenId>{5, 4});
+  CHECK(decoded(*t, {5, 4, 5, 4}) == "abc abc");  // Replace "##" → "", then BPEDecoder
+}
+
+TEST_CASE("char-bpe: a character cut from the alphabet leaves its neighbours' affixes by position", "[tok][train]") {
+  CharBpeTrainerConfig cfg;
+  cfg.prefix = "##";
+  cfg.suffix = "</w>";
+  cfg.limit_alphabet = 2;  // x (once) goes
+  cfg.vocab_size = 4;      // no merges: the start
+  auto t = train_chars(WordCountMap{{"ab", 5}, {"abx", 1}}, cfg);
+  // "ab": a ##b</w>; "abx": a ##b (not the last character: x was).
+  CHECK(vocab_of(*t) == std::vector<std::string>{"a", "b", "##b</w>", "##b"});
+}
+
+TEST_CASE("char-bpe: a prefix alone decodes with the WordPiece decoder; no affixes join by spaces", "[tok][train]") {
+  CharBpeTrainerConfig cfg;
+  cfg.prefix = "##";
+  cfg.vocab_size = 5;
+  auto t = train_chars(WordCountMap{{"ab", 4}}, cfg);
+  CHECK(vocab_of(*t) == std::vector<std::string>{"a", "b", "##b", "ab"});
+  CHECK(decoded(*t, {0, 2, 3}) == "ab ab");
+  CharBpeTrainerConfig plain;
+  plain.vocab_size = 3;
+  t = train_chars(WordCountMap{{"ab", 4}}, plain);
+  CHECK(vocab_of(*t) == std::vector<std::string>{"a", "b", "ab"});
+  CHECK(decoded(*t, {2, 0, 1}) == "ab a b");  // HF without a decoder
+}
+
+TEST_CASE("char-bpe: the unknown token must be among the specials", "[tok][train]") {
+  CharBpeTrainerConfig cfg;
+  cfg.special_tokens = {"[PAD]"};
+  cfg.unk_token = "<unk>";
+  TrainReport rep;
+  auto t = train_char_bpe(WordCountMap{{"ab", 1}}, cfg, make_pre_tokenizer("bert").value(), rep);
+  REQUIRE(!t.ok());
+  CHECK_THAT(t.error().message, Catch::Contains("-S '<unk>'"));
+}
+
+TEST_CASE("char-bpe: every trained word decodes back, across seeds and affixes", "[tok][train][property]") {
+  for (std::uint32_t seed : {1u, 2u, 3u}) {
+    std::string text = corpus(seed, 200);
+    WordCountMap wc;
+    auto pre = make_pre_tokenizer("whitespace-split").value();
+    WordCounter counter(*pre, 1);
+    counter.add(text);
+    wc = counter.take();
+    for (const char* suffix : {"</w>", ""}) {
+      CharBpeTrainerConfig cfg;
+      cfg.suffix = suffix;
+      cfg.prefix = seed == 2 ? "##" : "";
+      cfg.vocab_size = 40 + seed * 10;
+      auto t = train_chars(wc, cfg);
+      std::size_t line_start = 0;
+      for (int n = 0; n < 20; ++n) {
+        std::size_t nl = text.find('\n', line_start);
+        std::string_view line(text.data() + line_start, nl - line_start);
+        line_start = nl + 1;
+        auto ids = ids_of(*t, line);
+        std::string back = decoded(*t, ids);
+        INFO("seed " << seed << " suffix '" << suffix << "' line '" << line << "'");
+        if (*suffix) CHECK(back == line);  // (the words are split on single spaces)
+        else CHECK(back.size() >= line.size());  // tokens joined by spaces
+      }
+    }
+  }
+}

@@ -119,7 +119,7 @@ Result<std::unique_ptr<Tokenizer>> train_char_bpe(const WordCountMap& counts, co
   if (!cfg.unk_token.empty() &&
       std::find(cfg.special_tokens.begin(), cfg.special_tokens.end(), cfg.unk_token) == cfg.special_tokens.end())
     return make_error(Errc::invalid_argument,
-                      "the unknown token '{}' must be among the special tokens: add -S '{}' (or set no unknown token)",
+                      "the unknown token '{}' must be among the special tokens: add -S '{}' (or --unk-token '' for none)",
                       cfg.unk_token, cfg.unk_token);
   MergeProblem mp;
   std::vector<AddedToken> added;
