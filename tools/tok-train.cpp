@@ -154,6 +154,10 @@ void report(const Options& o, const tok::TrainReport& rep, std::size_t vocab,
     cli::warn(fmt::format("the alphabet ({} {}) and specials fill the vocabulary size {}: no merges were "
                           "possible; raise --vocab-size or set --limit-alphabet",
                           rep.alphabet, o.model == "bpe" ? "bytes" : "characters", o.vocab_size));
+  if (rep.invalid_bytes)
+    cli::warn(fmt::format("{} bytes of the text are not UTF-8: left out of the words they were in ({}'s symbols "
+                          "are characters)",
+                          cli::with_commas(rep.invalid_bytes), o.model == "wordpiece" ? "WordPiece" : "char-bpe"));
   cli::note(fmt::format("stopped: {}", why));
   cli::note(fmt::format("alphabet {}{}, {} {}, vocabulary {}", rep.alphabet,
                         rep.alphabet_dropped ? fmt::format(" ({} dropped by --limit-alphabet)", rep.alphabet_dropped) : "",

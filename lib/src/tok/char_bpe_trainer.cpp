@@ -65,6 +65,11 @@ Status prepare_char_problem(const WordCountMap& counts, const CharSymbols& cfg, 
   for (const auto& [w, c] : counts) {
     chars_of(w, cs);
     for (auto ch : cs) {
+      if (first_cp(ch) >= text::kInvalidBase) {  // not a character: left out, and counted
+        report.invalid_bytes = report.invalid_bytes + c < c ? std::numeric_limits<std::uint64_t>::max()
+                                                            : report.invalid_bytes + c;
+        continue;
+      }
       auto& f = freq[ch];
       f = f + c < f ? std::numeric_limits<std::uint64_t>::max() : f + c;
     }

@@ -84,7 +84,8 @@ void join_pieces(const std::string& prefix, const std::string& a, const std::str
 // counts, cut to limit_alphabet by frequency, sorted by code point), then the words as
 // symbol ids in byte order of the words, each affixed character a token when first met.
 // A character outside the alphabet is left out, as in HF (its neighbours keep their
-// affixes by position in the word).
+// affixes by position in the word); so is a byte that is not UTF-8, counted in
+// report.invalid_bytes (HF refuses such text; a vocabulary must be UTF-8 to be JSON).
 Status prepare_char_problem(const WordCountMap& counts, const CharSymbols& cfg, MergeProblem& mp,
                             std::vector<AddedToken>& added, TrainReport& report);
 

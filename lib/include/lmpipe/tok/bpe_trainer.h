@@ -79,6 +79,7 @@ struct TrainReport {
   std::size_t alphabet = 0;
   std::size_t alphabet_dropped = 0;  // distinct bytes cut by limit_alphabet
   std::size_t words = 0;             // distinct pre-tokens
+  std::uint64_t invalid_bytes = 0;   // character-level trainers: bytes not UTF-8, left out (occurrences)
   std::size_t vocab = 0;
 };
 
