@@ -253,7 +253,7 @@ TEST_CASE("char-bpe: the suffix on a word's last character, merges by count then
   CHECK(decoded(*back.value(), {4, 6, 2, 3}) == "ab abb bb");
 }
 
-TEST_CASE("char-bpe: prefix and suffix; max_token_length counts characters, not affixes", "[tok][train]") {
+TEST_CASE("char-bpe: prefix and suffix, and max_token_length counts characters, not affixes", "[tok][train]") {
   CharBpeTrainerConfig cfg;
   cfg.prefix = "##";
   cfg.suffix = "</w>";
@@ -282,7 +282,7 @@ TEST_CASE("char-bpe: a character cut from the alphabet leaves its neighbours' af
   CHECK(vocab_of(*t) == std::vector<std::string>{"a", "b", "##b</w>", "##b"});
 }
 
-TEST_CASE("char-bpe: a prefix alone decodes with the WordPiece decoder; no affixes join by spaces", "[tok][train]") {
+TEST_CASE("char-bpe: a prefix alone decodes with the WordPiece decoder, and no affixes join by spaces", "[tok][train]") {
   CharBpeTrainerConfig cfg;
   cfg.prefix = "##";
   cfg.vocab_size = 5;

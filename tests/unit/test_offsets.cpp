@@ -316,3 +316,47 @@ TEST_CASE("character-level BPE: no unknown token, no decoder, a decoder chain", 
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.error().message, Catch::Contains("ctc.json") && Catch::Contains("CTC"));
 }
+
+TEST_CASE("SentencePiece-style files: a normalized added token is matched in the normalized text, ▁ and all",
+          "[offsets][bpe]") {
+  // A BPE over ▁ text; "COVID" added, normalized or not. With the Prepend and Replace
+  // normalizers HF normalizes "a COVID b" whole to "▁a▁COVID▁b" and the token's content to
+  // "▁COVID": the token takes the ▁ of the space before it, and the parts keep theirs. Not
+  // normalized, it is matched in the input, and each part gets a ▁ in front of its own.
+  const std::string vocab = R"({"<unk>":0,"▁":1,"a":2,"b":3,"▁a":4,"▁b":5})";
+  const std::string merges = R"([["▁","a"],["▁","b"]])";
+  auto file = [&](bool normalized, const std::string& front) {
+    return R"({"version":"1.0","added_tokens":[{"id":6,"content":"COVID","single_word":false,"lstrip":false,)"
+           R"("rstrip":false,"normalized":)" + std::string(normalized ? "true" : "false") + R"(,"special":false}],)" +
+           front + R"(,"post_processor":null,"decoder":null,"model":{"type":"BPE","unk_token":"<unk>",)"
+           R"("byte_fallback":false,"vocab":)" + vocab + R"(,"merges":)" + merges + "}}";
+  };
+  const std::string prepend_replace =
+      R"("normalizer":{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"▁"},)"
+      R"({"type":"Replace","pattern":{"String":" "},"content":"▁"}]},"pre_tokenizer":null)";
+  const std::string metaspace_pre =
+      R"("normalizer":{"type":"Lowercase"},"pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":false})";
+  auto ids = [](const std::string& json, std::string_view text) {
+    auto t = load_tokenizer_json(json, "sp.json");
+    INFO((t.ok() ? std::string() : t.error().message));
+    REQUIRE(t.ok());
+    Session s(*t.value());
+    std::vector<TokenId> out, with;
+    std::vector<Range> spans;
+    t.value()->encode(text, out, s);
+    t.value()->encode_with_offsets(text, with, spans, s);
+    CHECK(with == out);
+    return out;
+  };
+  CHECK(ids(file(true, prepend_replace), "a COVID b") == std::vector<TokenId>{4, 6, 5});
+  CHECK(ids(file(false, prepend_replace), "a COVID b") == std::vector<TokenId>{4, 1, 6, 1, 5});
+  // At the start the normalized token takes the ▁ the Prepend put there.
+  CHECK(ids(file(true, prepend_replace), "COVID b") == std::vector<TokenId>{6, 5});
+  // Inside a word there is no ▁ before it: no match, every letter unknown but a and b.
+  CHECK(ids(file(true, prepend_replace), "aCOVID") == std::vector<TokenId>{4, 0, 0, 0, 0, 0});
+  // With the ▁ from the Metaspace pre-tokenizer, the normalizer (Lowercase) runs first: the
+  // content "covid" is matched in the lowercased text; then each part gets its ▁ (" b"
+  // has one already: the space). Not normalized, "COVID" is not in "a CoViD b".
+  CHECK(ids(file(true, metaspace_pre), "a CoViD b") == std::vector<TokenId>{4, 1, 6, 5});
+  CHECK(ids(file(false, metaspace_pre), "a CoViD b") == std::vector<TokenId>{4, 1, 0, 0, 0, 0, 0, 5});
+}

@@ -66,9 +66,11 @@ Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vect
   std::size_t n = vocab_size_;
   by_id_.assign(n, nullptr);
   // HF matches a normalized: true token in normalized text, by its content normalized the
-  // same way. That differs from matching the input only when a normalizer runs (and with no
-  // metaspace ▁, which lmpipe puts in along with the normalizer).
-  const bool split_normalized = (bert_ || chain_ || norm_ != Normalization::none) && !metaspace_;
+  // same way. That differs from matching the input only when a normalizer runs: for a
+  // SentencePiece-style file, one before the Metaspace pre-tokenizer, or the Prepend "▁"
+  // and Replace " " → "▁" normalizers themselves (a token's content then starts with ▁).
+  const bool split_normalized = metaspace_ ? !metaspace_if_missing_ || chain_ || charsmap_
+                                           : bert_ || chain_ || norm_ != Normalization::none;
   std::string norm;
   for (const auto& a : added_) {
     if (a.id >= 0 && static_cast<std::size_t>(a.id) < n && !by_id_[static_cast<std::size_t>(a.id)])
@@ -318,6 +320,26 @@ std::size_t char_bytes(std::string_view s) {
   return text::decode_utf8(reinterpret_cast<const unsigned char*>(s.data()), s.size(), 0).len;
 }
 
+// The source of the first character of `in` (whose bytes came from `m`): where text put in
+// before it (a ▁, a prefix space) comes from.
+SourceSpan first_char_source(const std::vector<SourceSpan>& m, std::string_view in) {
+  std::size_t n = std::max<std::size_t>(1, char_bytes(in));
+  return {m.front().begin, m[std::min(n, m.size()) - 1].end};
+}
+
+// SentencePiece's whitespace: `in` with every space a ▁, after one ▁ in front with
+// `prepend`; with `src`, the source of each byte (from `in_src`, the sources of `in`).
+void metaspace_text(std::string_view in, const std::vector<SourceSpan>& in_src, bool prepend, std::string& out,
+                    std::vector<SourceSpan>* src) {
+  out.assign(prepend ? kMetaspace : "");
+  if (src) src->assign(out.size(), in.empty() ? SourceSpan{0, 0} : first_char_source(in_src, in));
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    if (in[k] == ' ') out += kMetaspace;
+    else out += in[k];
+    if (src) src->resize(out.size(), in_src[k]);
+  }
+}
+
 // The value of a byte-fallback token's text "<0xXX>", or -1.
 int byte_token_value(std::string_view t) {
   if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
@@ -441,6 +463,25 @@ void Tokenizer::token_spans(std::string_view piece, const TokenId* ids, std::siz
 }
 
 void Tokenizer::run_normalizer(std::string_view in, std::string& out, std::vector<SourceSpan>* src) const {
+  if (metaspace_) {  // the file's normalizers: a chain or a charsmap, then the ▁ of Prepend and Replace
+    std::string mapped;
+    std::vector<SourceSpan> mapped_src;
+    std::string_view x = in;
+    if (chain_ || charsmap_) {
+      if (chain_) chain_->apply(in, mapped, src ? &mapped_src : nullptr);
+      else charsmap_->apply_charsmap(in, mapped, src ? &mapped_src : nullptr);
+      x = mapped;
+    } else if (src) {
+      identity_sources(in.size(), mapped_src);
+    }
+    if (metaspace_if_missing_) {  // (the ▁ is the Metaspace pre-tokenizer's, not a normalizer's)
+      out.assign(x);
+      if (src) *src = std::move(mapped_src);
+      return;
+    }
+    metaspace_text(x, mapped_src, !x.empty(), out, src);
+    return;
+  }
   if (bert_) {
     if (src) text::bert_normalize_aligned(in, *bert_, out, *src);
     else text::bert_normalize(in, *bert_, out);
@@ -458,11 +499,6 @@ void Tokenizer::run_normalizer(std::string_view in, std::string& out, std::vecto
 
 std::string_view Tokenizer::normalize_segment(std::string_view seg, bool at_start, Session& s,
                                              std::vector<SourceSpan>* src, bool normalized) const {
-  // The first character's source, for text inserted before it (a ▁, a prefix space).
-  auto first_char = [](const std::vector<SourceSpan>& m, std::string_view in) -> SourceSpan {
-    std::size_t n = std::max<std::size_t>(1, char_bytes(in));
-    return {m.front().begin, m[std::min(n, m.size()) - 1].end};
-  };
   if (bert_ && !normalized) {
     run_normalizer(seg, s.norm_, src);
     return s.norm_;
@@ -470,22 +506,21 @@ std::string_view Tokenizer::normalize_segment(std::string_view seg, bool at_star
   if (metaspace_) {
     std::string_view in = seg;
     auto& in_src = s.piece_src_;
-    if (chain_) {  // HF's normalizers, then the Metaspace pre-tokenizer's ▁
+    if (normalized && !metaspace_if_missing_) {  // (the normalizers put the ▁ in already)
+      if (src) identity_sources(seg.size(), *src);
+      return seg;
+    }
+    // HF's normalizers (not again on normalized text), then the Metaspace pre-tokenizer's ▁
+    if (chain_ && !normalized) {
       chain_->apply(seg, s.mapped_, src ? &in_src : nullptr);
       in = s.mapped_;
-    } else if (charsmap_) {
+    } else if (charsmap_ && !normalized) {
       charsmap_->apply_charsmap(seg, s.mapped_, src ? &in_src : nullptr);
       in = s.mapped_;
     } else if (src) {
       identity_sources(seg.size(), in_src);
     }
-    s.norm_.assign(metaspace_prepends(in, at_start) ? kMetaspace : "");
-    if (src) src->assign(s.norm_.size(), in.empty() ? SourceSpan{0, 0} : first_char(in_src, in));
-    for (std::size_t k = 0; k < in.size(); ++k) {
-      if (in[k] == ' ') s.norm_ += kMetaspace;
-      else s.norm_ += in[k];
-      if (src) src->resize(s.norm_.size(), in_src[k]);
-    }
+    metaspace_text(in, in_src, metaspace_prepends(in, at_start), s.norm_, src);
     return s.norm_;
   }
   const bool normalizes = !normalized && (chain_ || norm_ != Normalization::none);
@@ -498,7 +533,8 @@ std::string_view Tokenizer::normalize_segment(std::string_view seg, bool at_star
     }
     if (prefix_space_ && (s.norm_.empty() || s.norm_[0] != ' ')) {
       s.norm_.insert(s.norm_.begin(), ' ');
-      if (src) src->insert(src->begin(), src->empty() ? SourceSpan{0, 0} : first_char(*src, s.norm_.substr(1)));
+      if (src)
+        src->insert(src->begin(), src->empty() ? SourceSpan{0, 0} : first_char_source(*src, s.norm_.substr(1)));
     }
     return s.norm_;
   }
