@@ -235,7 +235,10 @@ void BpeModel::symbolize_chars(std::string_view piece, BpeScratch& s) const {
     i += n;
     TokenId id = find(ch);
     if (id >= 0) {
-      if (pending_unk) s.sym.push_back(unk_id_);
+      if (pending_unk) {
+        s.sym.push_back(unk_id_);
+        ++s.unknown;
+      }
       pending_unk = false;
       s.sym.push_back(id);
       continue;
@@ -252,10 +255,16 @@ void BpeModel::symbolize_chars(std::string_view piece, BpeScratch& s) const {
       s.dropped_bytes += n;
       continue;
     }
-    if (pending_unk && !fuse_unk_) s.sym.push_back(unk_id_);
+    if (pending_unk && !fuse_unk_) {
+      s.sym.push_back(unk_id_);
+      ++s.unknown;
+    }
     pending_unk = true;
   }
-  if (pending_unk) s.sym.push_back(unk_id_);
+  if (pending_unk) {
+    s.sym.push_back(unk_id_);
+    ++s.unknown;
+  }
 }
 
 void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
@@ -404,10 +413,10 @@ void BpeModel::encode_segment(std::string_view seg, std::vector<TokenId>& out, B
     return;
   }
   std::size_t before = out.size();
-  std::uint64_t dropped = s.dropped_bytes;
+  std::uint64_t dropped = s.dropped_bytes, unknown = s.unknown;
   encode_bytes(seg, out, s);
   std::size_t n = out.size() - before;
-  if (s.dropped_bytes != dropped || n > BpeScratch::kSegMaxIds) return;  // (counts stay exact)
+  if (s.dropped_bytes != dropped || s.unknown != unknown || n > BpeScratch::kSegMaxIds) return;  // (counts stay exact)
   e.key = key;
   e.len = static_cast<std::uint8_t>(seg.size());
   e.n = static_cast<std::uint8_t>(n);

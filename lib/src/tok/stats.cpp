@@ -127,8 +127,7 @@ std::string EncodeStats::report(const Tokenizer& t, std::size_t top) const {
   o += fmt::format("tokens per word     {:.3f}  (fertility)\n", ratio(word_tokens, words));
   if (dropped_bytes) o += fmt::format("dropped bytes       {}  (no token in the vocabulary)\n", dropped_bytes);
   if (unknown_words)
-    o += fmt::format("unknown words       {}  ({:.3f}% of words became the unknown token)\n", unknown_words,
-                     100.0 * ratio(unknown_words, words));
+    o += fmt::format("unknown tokens      {}  ({:.4f} per word)\n", unknown_words, ratio(unknown_words, words));
   auto frag = most_fragmented(top);
   if (!frag.empty()) {
     o += fmt::format("most fragmented words (tokens, occurrences, word: pieces):\n");

@@ -284,12 +284,12 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<TokenId>& out, 
     return;
   }
   std::size_t before = out.size();
-  std::uint64_t dropped = s.scratch_.bpe.dropped_bytes, unknown = s.scratch_.unknown;
+  std::uint64_t dropped = s.scratch_.bpe.dropped_bytes, unknown = s.unknown_words();
   if (bpe_) bpe_->encode(piece, out, s.scratch_.bpe);
   else model_->encode(piece, out, s.scratch_);
   // Keep the drop and unknown counts exact: don't cache what changed them.
   std::size_t n = out.size() - before;
-  if (s.scratch_.bpe.dropped_bytes != dropped || s.scratch_.unknown != unknown || n > Session::kCacheMaxIds) return;
+  if (s.scratch_.bpe.dropped_bytes != dropped || s.unknown_words() != unknown || n > Session::kCacheMaxIds) return;
   std::memcpy(e.key, key, sizeof key);
   e.len = static_cast<std::uint8_t>(piece.size());
   e.n = static_cast<std::uint8_t>(n);

@@ -17,6 +17,7 @@ struct BpeScratch {
   std::vector<std::uint64_t> heap;   // (rank << 32 | position) min-heap for long pieces
   std::vector<std::uint8_t> dead;
   std::uint64_t dropped_bytes = 0;   // bytes with no token in the vocabulary
+  std::uint64_t unknown = 0;         // unknown tokens put out (character-level BPE)
   std::string key;                   // a character with its word prefix or suffix (character-level BPE)
   // Direct-mapped cache of recent pair lookups (pair_key → packed merge): the merge
   // table of a large vocabulary (8 MB for Llama-3) misses the CPU caches on nearly

@@ -26,7 +26,7 @@ class EncodeStats {
 
   std::uint64_t lines = 0, bytes = 0, chars = 0, tokens = 0, words = 0, word_tokens = 0;
   std::uint64_t dropped_bytes = 0;
-  std::uint64_t unknown_words = 0;  // words encoded as the unknown token (WordPiece)
+  std::uint64_t unknown_words = 0;  // unknown tokens: whole words (WordPiece), a character or a fused run (others)
 
  private:
   struct WordInfo {

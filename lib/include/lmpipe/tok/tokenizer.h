@@ -117,7 +117,9 @@ class Session {
  public:
   explicit Session(const Tokenizer& t);
   std::uint64_t dropped_bytes() const { return scratch_.bpe.dropped_bytes; }
-  std::uint64_t unknown_words() const { return scratch_.unknown; }  // words encoded as the unknown token
+  // Words encoded as the unknown token (WordPiece); unknown tokens put out (SentencePiece,
+  // character-level BPE: a fused run counts once).
+  std::uint64_t unknown_words() const { return scratch_.unknown + scratch_.bpe.unknown; }
   // When set, encode() appends one record per pre-token of the line.
   std::vector<PieceCount>* pieces = nullptr;
 
