@@ -1634,52 +1634,6 @@ void append_decoder_json(std::string& o, const std::vector<DecodeStep>& steps) {
   }
 }
 
-// A character-level BPE over words (tok-train -m char-bpe): tokens and merges as text.
-std::string char_bpe_tokenizer_json(const Tokenizer& t) {
-  const BpeModel& bpe = *t.bpe();
-  std::string o;
-  o.reserve(t.vocab_size() * 40);
-  append_json_head(o, t);
-  o += R"(],"normalizer":)";
-  append_normalizer_json(o, t);
-  o += R"(,"pre_tokenizer":)";
-  append_split_steps_json(o, t);
-  o += R"(,"post_processor":null,"decoder":)";
-  append_decoder_json(o, t.decode_steps());
-  auto text_or_null = [&](const std::string& v) {
-    if (v.empty()) o += "null";
-    else json::append_string(o, v);
-  };
-  o += R"(,"model":{"type":"BPE","dropout":null,"unk_token":)";
-  text_or_null(bpe.unk_id() >= 0 ? bpe.token(bpe.unk_id()) : std::string());
-  o += R"(,"continuing_subword_prefix":)";
-  text_or_null(bpe.continuing_subword_prefix());
-  o += R"(,"end_of_word_suffix":)";
-  text_or_null(bpe.end_of_word_suffix());
-  o += fmt::format(R"(,"fuse_unk":{},"byte_fallback":{},"ignore_merges":{},"vocab":{{)", bpe.fuse_unk(),
-                   bpe.byte_fallback(), bpe.ignore_merges());
-  bool first = true;
-  for (std::size_t id = 0; id < bpe.vocab_size(); ++id) {
-    const std::string& text = bpe.token(static_cast<TokenId>(id));
-    if (text.empty()) continue;
-    if (!first) o += ",";
-    first = false;
-    json::append_string(o, text);
-    o += ":" + std::to_string(id);
-  }
-  o += R"(},"merges":[)";
-  const auto& ml = bpe.merge_list();
-  for (std::size_t i = 0; i < ml.size(); ++i) {
-    o += i ? ",[" : "[";
-    json::append_string(o, bpe.token(ml[i].first));
-    o += ",";
-    json::append_string(o, bpe.token(ml[i].second));
-    o += "]";
-  }
-  o += "]}}";
-  return o;
-}
-
 std::string wordpiece_tokenizer_json(const Tokenizer& t) {
   const auto& wp = static_cast<const WordPieceModel&>(t.model());
   std::string o;
@@ -1736,24 +1690,35 @@ std::string wordpiece_tokenizer_json(const Tokenizer& t) {
 
 std::string to_tokenizer_json(const Tokenizer& t) {
   if (!t.bpe()) return wordpiece_tokenizer_json(t);
-  // (SentencePiece-style tokenizers are written by their trainer, sp_trainer.cpp)
-  LMP_ASSERT(!t.bpe()->char_level() || t.decoder() == Decoder::chain);
-  if (t.bpe()->char_level()) return char_bpe_tokenizer_json(t);
+  // Byte-level BPE (tokens in byte-level text, the ByteLevel pre-tokenizer and decoder), or
+  // character-level BPE over words (tok-train -m char-bpe: tokens as text, its split steps
+  // and decoder chain). (SentencePiece-style tokenizers are written by their trainer.)
   const BpeModel& bpe = *t.bpe();
+  const bool chars = bpe.char_level();
+  LMP_ASSERT(!chars || t.decoder() == Decoder::chain);
   std::string o;
   o.reserve(t.vocab_size() * 40);
   append_json_head(o, t);
   o += R"(],"normalizer":)";
   append_normalizer_json(o, t);
   o += R"(,"pre_tokenizer":)";
-  append_pre_json(o, t);
-  o += R"(,"post_processor":null,"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},)";
-  o += R"("model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":)";
-  if (bpe.end_of_word_suffix().empty()) o += "null";
-  else json::append_string(o, bpe.end_of_word_suffix());
-  o += R"(,"fuse_unk":false,"byte_fallback":false,"ignore_merges":)";
-  o += bpe.ignore_merges() && !bpe.ranks_from_tokens() ? "true" : "false";
-  o += R"(,"vocab":{)";
+  if (chars) append_split_steps_json(o, t);
+  else append_pre_json(o, t);
+  o += R"(,"post_processor":null,"decoder":)";
+  if (chars) append_decoder_json(o, t.decode_steps());
+  else o += R"({"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true})";
+  auto text_or_null = [&](const std::string& v) {
+    if (v.empty()) o += "null";
+    else json::append_string(o, v);
+  };
+  o += R"(,"model":{"type":"BPE","dropout":null,"unk_token":)";
+  text_or_null(bpe.unk_id() >= 0 ? bpe.token(bpe.unk_id()) : std::string());
+  o += R"(,"continuing_subword_prefix":)";
+  text_or_null(bpe.continuing_subword_prefix());
+  o += R"(,"end_of_word_suffix":)";
+  text_or_null(bpe.end_of_word_suffix());
+  o += fmt::format(R"(,"fuse_unk":{},"byte_fallback":{},"ignore_merges":{},"vocab":{{)", bpe.fuse_unk(),
+                   bpe.byte_fallback(), bpe.ignore_merges() && !bpe.ranks_from_tokens());
   bool first = true;
   for (std::size_t id = 0; id < t.vocab_size(); ++id) {
     auto p = t.piece(static_cast<TokenId>(id));
@@ -1766,12 +1731,14 @@ std::string to_tokenizer_json(const Tokenizer& t) {
   }
   o += R"(},"merges":[)";
   const auto& ml = bpe.merge_list();
+  auto merge_part = [&](TokenId id) {
+    json::append_string(o, chars ? bpe.token(id) : bytes_to_byte_level(bpe.token(id)));
+  };
   for (std::size_t i = 0; i < ml.size(); ++i) {
-    if (i) o += ",";
-    o += "[";
-    json::append_string(o, bytes_to_byte_level(bpe.token(ml[i].first)));
+    o += i ? ",[" : "[";
+    merge_part(ml[i].first);
     o += ",";
-    json::append_string(o, bytes_to_byte_level(bpe.token(ml[i].second)));
+    merge_part(ml[i].second);
     o += "]";
   }
   o += "]}}";
