@@ -1560,8 +1560,8 @@ void append_pre_json(std::string& o, const Tokenizer& t) {
 
 std::string token_text(const Tokenizer& t, TokenId id) { return t.token_string(id); }
 
-// The start of a tokenizer.json: version, truncation, padding and the added tokens by id
-// (the caller continues with "],\"normalizer\":...").
+// The start of a tokenizer.json: version, truncation, padding, the added tokens by id and
+// the normalizer (the caller continues with the pre-tokenizer's value).
 void append_json_head(std::string& o, const Tokenizer& t) {
   o += R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[)";
   std::vector<AddedToken> added = t.added_tokens();
@@ -1574,6 +1574,9 @@ void append_json_head(std::string& o, const Tokenizer& t) {
     o += fmt::format(R"(,"single_word":{},"lstrip":{},"rstrip":{},"normalized":{},"special":{}}})", a.single_word,
                      a.lstrip, a.rstrip, a.normalized, a.special);
   }
+  o += R"(],"normalizer":)";
+  append_normalizer_json(o, t);
+  o += R"(,"pre_tokenizer":)";
 }
 
 // The pre-tokenizer of a tokenizer that is not byte-level: its split steps, one, a
@@ -1639,9 +1642,6 @@ std::string wordpiece_tokenizer_json(const Tokenizer& t) {
   std::string o;
   o.reserve(t.vocab_size() * 24);
   append_json_head(o, t);
-  o += R"(],"normalizer":)";
-  append_normalizer_json(o, t);
-  o += R"(,"pre_tokenizer":)";
   append_split_steps_json(o, t);
   o += R"(,"post_processor":)";
   if (t.template_prefix().size() == 1 && t.template_suffix().size() == 1) {
@@ -1699,9 +1699,6 @@ std::string to_tokenizer_json(const Tokenizer& t) {
   std::string o;
   o.reserve(t.vocab_size() * 40);
   append_json_head(o, t);
-  o += R"(],"normalizer":)";
-  append_normalizer_json(o, t);
-  o += R"(,"pre_tokenizer":)";
   if (chars) append_split_steps_json(o, t);
   else append_pre_json(o, t);
   o += R"(,"post_processor":null,"decoder":)";
