@@ -306,8 +306,8 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);  // one token per -S; and "[UNK]" is a token, not CLI11's list syntax
   app.add_option("-P,--pre-tokenizer", o.pre_tokenizer,
                  "split before BPE: gpt2 (default), cl100k, llama3, o200k, whitespace, none; char-bpe: bert "
-                 "(default, HF's BertPreTokenizer), whitespace (HF's Whitespace: \\w+ and [^\\w\\s]+ runs) or "
-                 "whitespace-split")
+                 "(default, HF's BertPreTokenizer), whitespace (HF's Whitespace: \\w+ and [^\\w\\s]+ runs), "
+                 "whitespace-split or none (a line is a word)")
       ->check(CLI::IsMember({"gpt2", "cl100k", "llama3", "o200k", "whitespace", "whitespace-split", "bert", "none"}));
   app.add_option("--limit-alphabet", o.limit_alphabet, "keep at most K initial characters (bytes), most frequent first");
   app.add_option("--initial-alphabet", o.initial_alphabet, "bytes: put all 256 bytes in the alphabet")
@@ -385,8 +385,9 @@ int main(int argc, char** argv) {
       else if (!bert_norm && o.normalization != "identity")
         throw cli::UsageError("char-bpe normalizes with --normalization bert, bert-uncased or identity");
       if (!given_split) o.pre_tokenizer = "bert";
-      else if (o.pre_tokenizer != "bert" && o.pre_tokenizer != "whitespace" && o.pre_tokenizer != "whitespace-split")
-        throw cli::UsageError("char-bpe splits words with --pre-tokenizer bert, whitespace or whitespace-split");
+      else if (o.pre_tokenizer != "bert" && o.pre_tokenizer != "whitespace" && o.pre_tokenizer != "whitespace-split" &&
+               o.pre_tokenizer != "none")
+        throw cli::UsageError("char-bpe splits words with --pre-tokenizer bert, whitespace, whitespace-split or none");
       if (!o.initial_alphabet.empty()) throw cli::UsageError("--initial-alphabet bytes is for byte-level BPE");
       if (o.format != "hf") throw cli::UsageError("--format gpt2 is for byte-level BPE; char-bpe writes a tokenizer.json");
     } else if (app.count("--normalization") || count->count("--normalization")) {

@@ -4,6 +4,7 @@
 //   whitespace        no normalizer, Whitespace (HF's quicktour)
 //   bert              BertNormalizer (cased), BertPreTokenizer (HF's CharBPETokenizer)
 //   whitespace-split  no normalizer, WhitespaceSplit
+//   none              no normalizer, no pre-tokenizer (a line, with its newline, is one word)
 // Saves the tokenizer.json. With --dump, prints a saved tokenizer.json's model as
 // "id<TAB>token" lines by id, a "--merges--" line, then one merge per line, its two tokens
 // joined by U+0001 (HF's trainer prints its progress on stdout, so it is not mixed in).
@@ -31,7 +32,7 @@ if (args.length === 2 && args[0] === "--dump") {
     tok.setPreTokenizer(hf.whitespacePreTokenizer());
   } else if (form === "whitespace-split") {
     tok.setPreTokenizer(hf.whitespaceSplitPreTokenizer());
-  } else {
+  } else if (form !== "none") {
     console.error(`hf_char_bpe_train.js: unknown form '${form}'`);
     process.exit(2);
   }

@@ -3,9 +3,9 @@
 # 1. Without affixes it is HF's BpeTrainer exactly: the same vocabulary and merges, in the
 #    same order, as HF's own trainer (hf_char_bpe_train.js, which the binding runs only at
 #    its defaults: vocab 30000, min_frequency 0, no specials) under the quicktour's
-#    Whitespace, CharBPETokenizer's cased BertNormalizer and BertPreTokenizer, and
-#    WhitespaceSplit; on the stress text, and with the reference data on 1 MB of English and
-#    of Chinese.
+#    Whitespace, CharBPETokenizer's cased BertNormalizer and BertPreTokenizer,
+#    WhitespaceSplit, and no pre-tokenizer (a line is a word); on the stress text, and with
+#    the reference data on 1 MB of English and of Chinese.
 # 2. With affixes (a "</w>" suffix, a "##" prefix, both; HF's binding cannot set them on its
 #    trainer, and HF's trainer numbers affixed characters in a random order) the files
 #    tok-train writes load in HF, which gives tok-encode's ids and offsets, and decodes the
@@ -16,7 +16,7 @@ require_node_peers
 js=$src/tests/conformance/hf_char_bpe_train.js
 
 same_as_hf() {  # same_as_hf LABEL CORPUS: each form trained by HF and by tok-train
-  for form in whitespace bert whitespace-split; do
+  for form in whitespace bert whitespace-split none; do
     norm=identity
     [ "$form" = bert ] && norm=bert
     node "$js" "$form" "$2" "$work/hf.json" >/dev/null || { fail=1; continue; }
