@@ -462,18 +462,24 @@ void Tokenizer::token_spans(std::string_view piece, const TokenId* ids, std::siz
   }
 }
 
+std::string_view Tokenizer::sp_normalizers(std::string_view in, std::string& buf, std::vector<SourceSpan>* src) const {
+  if (chain_) {
+    chain_->apply(in, buf, src);
+    return buf;
+  }
+  if (charsmap_) {
+    charsmap_->apply_charsmap(in, buf, src);
+    return buf;
+  }
+  if (src) identity_sources(in.size(), *src);
+  return in;
+}
+
 void Tokenizer::run_normalizer(std::string_view in, std::string& out, std::vector<SourceSpan>* src) const {
-  if (metaspace_) {  // the file's normalizers: a chain or a charsmap, then the ▁ of Prepend and Replace
+  if (metaspace_) {
     std::string mapped;
     std::vector<SourceSpan> mapped_src;
-    std::string_view x = in;
-    if (chain_ || charsmap_) {
-      if (chain_) chain_->apply(in, mapped, src ? &mapped_src : nullptr);
-      else charsmap_->apply_charsmap(in, mapped, src ? &mapped_src : nullptr);
-      x = mapped;
-    } else if (src) {
-      identity_sources(in.size(), mapped_src);
-    }
+    std::string_view x = sp_normalizers(in, mapped, src ? &mapped_src : nullptr);
     if (metaspace_if_missing_) {  // (the ▁ is the Metaspace pre-tokenizer's, not a normalizer's)
       out.assign(x);
       if (src) *src = std::move(mapped_src);
@@ -511,15 +517,8 @@ std::string_view Tokenizer::normalize_segment(std::string_view seg, bool at_star
       return seg;
     }
     // HF's normalizers (not again on normalized text), then the Metaspace pre-tokenizer's ▁
-    if (chain_ && !normalized) {
-      chain_->apply(seg, s.mapped_, src ? &in_src : nullptr);
-      in = s.mapped_;
-    } else if (charsmap_ && !normalized) {
-      charsmap_->apply_charsmap(seg, s.mapped_, src ? &in_src : nullptr);
-      in = s.mapped_;
-    } else if (src) {
-      identity_sources(seg.size(), in_src);
-    }
+    if (!normalized) in = sp_normalizers(seg, s.mapped_, src ? &in_src : nullptr);
+    else if (src) identity_sources(seg.size(), in_src);
     metaspace_text(in, in_src, metaspace_prepends(in, at_start), s.norm_, src);
     return s.norm_;
   }

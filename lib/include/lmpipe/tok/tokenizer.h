@@ -221,8 +221,13 @@ class Tokenizer {
   std::string_view normalize_segment(std::string_view seg, bool at_start, Session& s,
                                      std::vector<text::SourceSpan>* src, bool normalized = false) const;
   // The normalizer alone (a chain, a BertNormalizer or one Unicode form; a copy when
-  // there is none) into `out`, with the sources of its bytes when `src` is given.
+  // there is none; for a SentencePiece-style file its own normalizers, then the ▁ when the
+  // Prepend and Replace normalizers put it in) into `out`, with the sources of its bytes
+  // when `src` is given.
   void run_normalizer(std::string_view in, std::string& out, std::vector<text::SourceSpan>* src) const;
+  // A SentencePiece-style file's own normalizers before any ▁ (a chain or a Precompiled
+  // character map) into `buf`; `in` itself when it has none. Sources into `src` if given.
+  std::string_view sp_normalizers(std::string_view in, std::string& buf, std::vector<text::SourceSpan>* src) const;
   // Whether the metaspace normalization puts ▁ before a segment whose text (after any
   // character map) is `in`.
   bool metaspace_prepends(std::string_view in, bool at_start) const;
