@@ -221,6 +221,10 @@ void BpeModel::encode_suffixed(std::string_view piece, std::vector<TokenId>& out
 void BpeModel::symbolize_chars(std::string_view piece, BpeScratch& s) const {
   s.sym.clear();
   bool pending_unk = false;  // HF adds an unknown symbol only when the run ends
+  auto push_unk = [&] {
+    s.sym.push_back(unk_id_);
+    ++s.unknown;  // (counted for --stats)
+  };
   const bool affixed = !prefix_.empty() || !suffix_.empty();
   const auto* p = reinterpret_cast<const unsigned char*>(piece.data());
   for (std::size_t i = 0; i < piece.size();) {
@@ -235,10 +239,7 @@ void BpeModel::symbolize_chars(std::string_view piece, BpeScratch& s) const {
     i += n;
     TokenId id = find(ch);
     if (id >= 0) {
-      if (pending_unk) {
-        s.sym.push_back(unk_id_);
-        ++s.unknown;
-      }
+      if (pending_unk) push_unk();
       pending_unk = false;
       s.sym.push_back(id);
       continue;
@@ -255,16 +256,10 @@ void BpeModel::symbolize_chars(std::string_view piece, BpeScratch& s) const {
       s.dropped_bytes += n;
       continue;
     }
-    if (pending_unk && !fuse_unk_) {
-      s.sym.push_back(unk_id_);
-      ++s.unknown;
-    }
+    if (pending_unk && !fuse_unk_) push_unk();
     pending_unk = true;
   }
-  if (pending_unk) {
-    s.sym.push_back(unk_id_);
-    ++s.unknown;
-  }
+  if (pending_unk) push_unk();
 }
 
 void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {

@@ -64,12 +64,8 @@ WordCountMap WordCounter::take() {
 }
 
 std::string format_counts(const WordCountMap& counts, std::string_view pre_tokenizer) {
-  std::vector<const std::pair<const std::string, std::uint64_t>*> items;
-  items.reserve(counts.size());
-  for (const auto& kv : counts) items.push_back(&kv);
-  std::sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
   std::string out = fmt::format("#lmpipe-counts v1 pre_tokenizer={}\n", pre_tokenizer);
-  for (auto* kv : items) {
+  for (auto* kv : words_in_byte_order(counts)) {
     out += std::to_string(kv->second);
     out += '\t';
     out += bytes_to_byte_level(kv->first);
@@ -138,6 +134,14 @@ bool heap_less(const HeapEntry& x, const HeapEntry& y) {
 }
 
 }  // namespace
+
+std::vector<const WordCountMap::value_type*> words_in_byte_order(const WordCountMap& counts) {
+  std::vector<const WordCountMap::value_type*> items;
+  items.reserve(counts.size());
+  for (const auto& kv : counts) items.push_back(&kv);
+  std::sort(items.begin(), items.end(), [](auto* x, auto* y) { return x->first < y->first; });
+  return items;
+}
 
 std::int64_t word_count(std::uint64_t c) {
   return static_cast<std::int64_t>(std::min<std::uint64_t>(c, std::uint64_t{1} << 62));
@@ -332,7 +336,7 @@ Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const B
     for (char ch : w) {
       auto b = static_cast<unsigned char>(ch);
       seen[b] = true;
-      freq[b] = freq[b] + c < freq[b] ? std::numeric_limits<std::uint64_t>::max() : freq[b] + c;
+      freq[b] = saturating_add(freq[b], c);
     }
   if (cfg.initial_alphabet_bytes)
     for (int b = 0; b < 256; ++b) {
@@ -373,10 +377,7 @@ Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const B
   report.alphabet = alpha.size();
 
   // 3. Words as symbol ids, in byte order of the words (deterministic).
-  std::vector<const std::pair<const std::string, std::uint64_t>*> items;
-  items.reserve(counts.size());
-  for (const auto& kv : counts) items.push_back(&kv);
-  std::sort(items.begin(), items.end(), [](auto* x, auto* y) { return x->first < y->first; });
+  auto items = words_in_byte_order(counts);
   std::vector<std::vector<TokenId>> words(items.size());
   std::vector<std::int64_t> wcount(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {

@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <limits>
 
 #include "lmpipe/text/unicode.h"
 #include "lmpipe/tok/bpe.h"
@@ -66,12 +65,11 @@ Status prepare_char_problem(const WordCountMap& counts, const CharSymbols& cfg, 
     chars_of(w, cs);
     for (auto ch : cs) {
       if (first_cp(ch) >= text::kInvalidBase) {  // not a character: left out, and counted
-        report.invalid_bytes = report.invalid_bytes + c < c ? std::numeric_limits<std::uint64_t>::max()
-                                                            : report.invalid_bytes + c;
+        report.invalid_bytes = saturating_add(report.invalid_bytes, c);
         continue;
       }
       auto& f = freq[ch];
-      f = f + c < f ? std::numeric_limits<std::uint64_t>::max() : f + c;
+      f = saturating_add(f, c);
     }
   }
   std::vector<std::pair<std::string_view, std::uint64_t>> alpha(freq.begin(), freq.end());
@@ -93,10 +91,7 @@ Status prepare_char_problem(const WordCountMap& counts, const CharSymbols& cfg, 
   report.alphabet = alpha.size();
 
   // Words in byte order, so that the affixed characters get the same ids on every run.
-  std::vector<const std::pair<const std::string, std::uint64_t>*> items;
-  items.reserve(counts.size());
-  for (const auto& kv : counts) items.push_back(&kv);
-  std::sort(items.begin(), items.end(), [](auto* x, auto* y) { return x->first < y->first; });
+  auto items = words_in_byte_order(counts);
   mp.words.resize(items.size());
   mp.wcount.resize(items.size());
   std::string s;

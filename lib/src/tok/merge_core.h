@@ -45,6 +45,15 @@ using JoinFn = std::function<void(const std::string&, const std::string&, std::s
 // A new token's length, in the unit of max_token_length.
 using LenFn = std::function<std::uint32_t(const std::string&)>;
 
+// The entries of a count map sorted by word bytes: the deterministic order the trainers
+// visit words in (and count files list them in).
+std::vector<const WordCountMap::value_type*> words_in_byte_order(const WordCountMap& counts);
+
+// a + b, held at the largest value instead of wrapping (frequencies that only rank).
+inline std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
+  return a + b < a ? ~std::uint64_t{0} : a + b;
+}
+
 // A word count as the merge loops hold it (clamped; check_count_total rejects a
 // total that large).
 std::int64_t word_count(std::uint64_t c);

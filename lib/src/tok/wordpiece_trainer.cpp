@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <queue>
-#include <unordered_set>
 
 #include "lmpipe/core/flat_map.h"
-#include "lmpipe/text/unicode.h"
 #include "lmpipe/tok/wordpiece.h"
 #include "merge_core.h"
 
