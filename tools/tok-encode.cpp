@@ -32,7 +32,8 @@ struct Options {
   char delim = '\n';  // input records end here ('\0' with -z)
   int threads = 0;  // 0: cli::default_threads(), or 1 with --sample
   std::size_t nbest = 0;
-  double alpha = 0.1;
+  double alpha = 0.1;    // --sample, unigram
+  double dropout = 0.1;  // --sample, BPE (the tokenizer.json's own when it sets one)
   std::uint64_t seed = 1;
 };
 
@@ -50,7 +51,7 @@ std::string piece_text(const tok::Tokenizer& t, TokenId id) { return t.token_str
 struct Worker {
   Worker(const tok::Tokenizer& t, std::uint64_t seed) : session(t), rng(seed) {}
   tok::Session session;
-  tok::ModelScratch sp;                      // --nbest, --sample
+  tok::ModelScratch sp;                      // --nbest
   std::vector<std::vector<TokenId>> alternatives;
   Rng rng;
   std::vector<TokenId> ids;
@@ -96,14 +97,9 @@ void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view sl
     w.ids.clear();
     w.pieces.clear();
     std::uint64_t dropped = w.session.dropped_bytes(), unknown = w.session.unknown_words();
-    if (o.nbest || o.sample) {  // unigram SentencePiece models (checked before)
+    if (o.nbest) {  // unigram SentencePiece .model files (checked before)
       const auto& sp = static_cast<const tok::SentencePieceModel&>(t.model());
-      if (o.sample) {
-        w.alternatives.assign(1, {});
-        sp.sample(line, o.alpha, w.rng, w.alternatives[0], w.sp);
-      } else {
-        sp.nbest(line, o.nbest, w.alternatives, w.sp);
-      }
+      sp.nbest(line, o.nbest, w.alternatives, w.sp);
       for (auto& ids : w.alternatives) {
         if (o.add_special) ids.insert(ids.begin(), t.template_prefix().begin(), t.template_prefix().end());
         if (o.format == "npy") {
@@ -206,7 +202,10 @@ Status encode_stream(const tok::Tokenizer& t, const Options& o, io::ChunkReader&
 Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, tok::EncodeStats& total,
                   std::uint64_t& dropped, std::uint64_t& tokens, std::uint64_t& bytes) {
   std::vector<std::unique_ptr<Worker>> workers;
-  for (int i = 0; i < o.threads; ++i) workers.push_back(std::make_unique<Worker>(t, o.seed));
+  for (int i = 0; i < o.threads; ++i) {
+    workers.push_back(std::make_unique<Worker>(t, o.seed));
+    if (o.sample) workers.back()->session.sample(&workers.back()->rng, o.dropout, o.alpha);
+  }
   for (const auto& file : o.files) {
     char last = o.delim;  // the input's last byte
     struct stat sb {};
@@ -347,10 +346,14 @@ int main(int argc, char** argv) {
   app.add_option("--nbest", o.nbest, "unigram .model: the N best segmentations of each line, N lines each, best first")
       ->check(cli::Range(std::size_t{1}, std::size_t{1024}));
   app.add_flag("--sample", o.sample,
-               "unigram .model: draw one segmentation per line, with probability ∝ exp(alpha · score) "
-               "(subword regularization)");
-  app.add_option("--alpha", o.alpha, "with --sample: the smoothing exponent (0.1; 0 = uniform over segmentations)")
+               "draw a segmentation instead of the best one (subword regularization): unigram models with "
+               "probability ∝ exp(alpha · score), BPE models by BPE-dropout");
+  app.add_option("--alpha", o.alpha, "with --sample, unigram: the smoothing exponent (0.1; 0 = uniform over segmentations)")
       ->check(cli::Range(0.0, 100.0));
+  app.add_option("--dropout", o.dropout,
+                 "with --sample, BPE: the probability of skipping each merge (the tokenizer.json's dropout, else 0.1; "
+                 "spm_encode calls it --alpha for BPE models)")
+      ->check(cli::Range(0.0, 1.0));
   app.add_option("--seed", o.seed, "with --sample: the seed of lmpipe's generator (1): the same draws on every platform");
   app.add_flag("--offsets", o.offsets,
                "print one tab-separated row per token: line, begin and end byte offsets in the line (end "
@@ -370,6 +373,7 @@ int main(int argc, char** argv) {
       "  tok-encode -t tok.json notes.txt | tok-encode -t tok.json --decode | cmp - notes.txt\n"
       "  tok-encode -t tok.json -f npy corpus.txt -o corpus.npy\n"
       "  echo 'Hello, world!' | tok-encode -t bert-base-uncased/vocab.txt --add-special --pieces\n"
+      "  tok-encode -t gpt2/tokenizer.json --sample --dropout 0.1 --seed 7 train.txt   # BPE-dropout\n"
       "  echo 'Ünïcode ﬁne' | tok-encode -t bert-base-uncased/tokenizer.json --offsets"};
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
@@ -384,9 +388,9 @@ int main(int argc, char** argv) {
     if (o.json && !o.stats) throw cli::UsageError("--json goes with --stats");
     if (o.sample && o.threads > 1) throw cli::UsageError("--sample draws one stream of numbers: use -j 1");
     if (o.offsets) {
-      if (o.decode || o.stats || o.pieces || o.format == "npy" || o.nbest || o.sample)
-        throw cli::UsageError("--offsets writes its own rows: not with --decode, --stats, --pieces, --format npy, "
-                              "--nbest or --sample");
+      if (o.decode || o.stats || o.pieces || o.format == "npy" || o.nbest)
+        throw cli::UsageError("--offsets writes its own rows: not with --decode, --stats, --pieces, --format npy "
+                              "or --nbest");
       if (o.threads > 1) throw cli::UsageError("--offsets numbers the lines in order: use -j 1");
       o.threads = 1;
     }
@@ -409,15 +413,33 @@ int main(int argc, char** argv) {
     if (o.verbose)
       cli::note(fmt::format("loaded {} ({} tokens) in {:.0f} ms", o.tokenizer, t->vocab_size(),
                             std::chrono::duration<double, std::milli>(encoding - loading).count()));
-    if (o.nbest || o.sample) {
-      if (o.nbest && o.sample) throw cli::UsageError("--nbest and --sample: one or the other");
-      if (o.decode || o.stats) throw cli::UsageError("--nbest and --sample encode: not with --decode or --stats");
-      if (t->model().type() != tok::ModelType::sentencepiece ||
-          static_cast<const tok::SentencePieceModel&>(t->model()).kind() != tok::SentencePieceModel::Kind::unigram)
-        return make_error(Errc::invalid_argument, "{}: --nbest and --sample need a unigram SentencePiece model",
+    if (o.nbest && o.sample) throw cli::UsageError("--nbest and --sample: one or the other");
+    if ((o.nbest || o.sample) && o.decode) throw cli::UsageError("--nbest and --sample encode: not with --decode");
+    if (o.nbest && o.stats) throw cli::UsageError("--nbest writes several segmentations: not with --stats");
+    if (!o.sample && (app.count("--alpha") || app.count("--dropout") || app.count("--seed")))
+      throw cli::UsageError("--alpha, --dropout and --seed go with --sample");
+    const auto* sp = t->model().type() == tok::ModelType::sentencepiece
+                         ? static_cast<const tok::SentencePieceModel*>(&t->model())
+                         : nullptr;
+    const bool unigram = sp && sp->kind() == tok::SentencePieceModel::Kind::unigram;
+    if (o.nbest && (!unigram || sp->hf()))
+      return make_error(Errc::invalid_argument, "{}: --nbest needs a unigram SentencePiece .model file",
+                        o.tokenizer);
+    if (o.sample) {
+      if (t->model().type() == tok::ModelType::wordpiece)
+        return make_error(Errc::invalid_argument,
+                          "{}: --sample needs a BPE or unigram model (WordPiece's greedy longest match has no "
+                          "sampling)",
                           o.tokenizer);
-    } else if (app.count("--alpha") || app.count("--seed")) {
-      throw cli::UsageError("--alpha and --seed go with --sample");
+      if (unigram && app.count("--dropout"))
+        throw cli::UsageError("--dropout is for BPE models; a unigram model samples with --alpha");
+      if (!unigram && app.count("--alpha"))
+        throw cli::UsageError("a BPE model samples by BPE-dropout: --dropout P (spm_encode's --alpha for BPE models)");
+      if (!app.count("--dropout") && t->bpe() && t->bpe()->dropout() > 0) o.dropout = t->bpe()->dropout();
+    } else if (t->bpe() && t->bpe()->dropout() > 0) {
+      cli::note(fmt::format("{} sets BPE dropout {}, which HF tokenizers applies to every encoding; these are the "
+                            "deterministic ids (--sample draws as HF does)",
+                            o.tokenizer, t->bpe()->dropout()));
     }
     bool ids_out = !o.stats || o.output != "-";
     std::unique_ptr<cli::Output> out;

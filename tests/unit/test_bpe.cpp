@@ -1,7 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <map>
 #include <random>
+#include <set>
 
+#include "lmpipe/core/rng.h"
 #include "lmpipe/tok/bpe.h"
 
 using namespace lmp;
@@ -233,4 +237,103 @@ TEST_CASE("BPE end_of_word_suffix: the last byte of a piece carries the suffix",
   out.clear();
   m.value().encode("ba", out, s);
   CHECK(as_strings(m.value(), out) == std::vector<std::string>{"ba"});
+}
+
+namespace {
+// `n` draws of BPE-dropout on `text`: how often each segmentation came out (as its
+// tokens joined by '|').
+std::map<std::string, int> dropout_draws(const BpeModel& m, std::string_view text, double p, int n, std::uint64_t seed) {
+  Rng rng(seed);
+  BpeScratch s;
+  s.sampling = {&rng, p, 0};
+  std::map<std::string, int> seen;
+  std::vector<TokenId> out;
+  for (int i = 0; i < n; ++i) {
+    out.clear();
+    m.encode(text, out, s);
+    std::string key;
+    for (TokenId id : out) key += (key.empty() ? "" : "|") + m.token(id);
+    ++seen[key];
+  }
+  return seen;
+}
+}  // namespace
+
+TEST_CASE("BPE-dropout: HF's merge_all, a merge that is not skipped puts the skipped ones back",
+          "[tok][bpe][dropout][property]") {
+  // abcd with the merges (a,b) and then (c,d). Each merge taken from the heap is skipped
+  // with probability p. Skip (a,b), take (c,d): (a,b) is back, and is drawn again; skip
+  // both: the heap is empty and the piece ends. By hand, at p = 1/2:
+  //   ab|cd  (1-p)² + p(1-p)² = 0.375     ab|c|d  (1-p)p = 0.25
+  //   a|b|cd p(1-p)p = 0.125               a|b|c|d p² = 0.25
+  // (SentencePiece drops a skipped merge for good: 0.25 each; next test.)
+  auto v = byte_vocab({"ab", "cd"});
+  auto m = BpeModel::build(v, {{'a', 'b'}, {'c', 'd'}}, false);
+  REQUIRE(m.ok());
+  const int n = 40000;
+  auto seen = dropout_draws(m.value(), "abcd", 0.5, n, 11);
+  CHECK(seen.size() == 4);
+  const std::map<std::string, double> expected = {
+      {"ab|cd", 0.375}, {"ab|c|d", 0.25}, {"a|b|cd", 0.125}, {"a|b|c|d", 0.25}};
+  for (const auto& [key, prob] : expected) {
+    INFO(key);
+    CHECK(std::abs(seen[key] / double(n) - prob) < 0.012);  // (σ ≤ 0.0025)
+  }
+  // p = 0 is the deterministic encoding, p = 1 makes no merge; the same seed, the same draws.
+  CHECK(dropout_draws(m.value(), "abcd", 0.0, 50, 1) == std::map<std::string, int>{{"ab|cd", 50}});
+  CHECK(dropout_draws(m.value(), "abcd", 1.0, 50, 1) == std::map<std::string, int>{{"a|b|c|d", 50}});
+  CHECK(dropout_draws(m.value(), "abcdab", 0.3, 500, 7) == dropout_draws(m.value(), "abcdab", 0.3, 500, 7));
+  // HF's ignore_merges looks the piece up whole before any draw.
+  auto im = BpeModel::build(byte_vocab({"ab", "cd", "abcd"}), {{'a', 'b'}, {'c', 'd'}, {256, 257}}, true);
+  REQUIRE(im.ok());
+  CHECK(dropout_draws(im.value(), "abcd", 1.0, 20, 1) == std::map<std::string, int>{{"abcd", 20}});
+}
+
+TEST_CASE("BPE-dropout: every draw spells the piece, fewer merges as p grows", "[tok][bpe][dropout][property]") {
+  // Random merges over a small alphabet (each merged token made of two tokens before it).
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    std::mt19937 gen(static_cast<unsigned>(seed));
+    std::vector<std::string> extra;
+    std::vector<std::pair<TokenId, TokenId>> merges;
+    std::vector<TokenId> pool = {'a', 'b', 'c', 'd'};
+    std::set<std::string> made = {"a", "b", "c", "d"};
+    auto text_of = [&](TokenId id) { return id < 256 ? std::string(1, static_cast<char>(id)) : extra[id - 256]; };
+    while (extra.size() < 60) {
+      TokenId l = pool[gen() % pool.size()], r = pool[gen() % pool.size()];
+      std::string t = text_of(l) + text_of(r);
+      if (t.size() > 8 || !made.insert(t).second) continue;
+      extra.push_back(t);
+      merges.emplace_back(l, r);
+      pool.push_back(static_cast<TokenId>(255 + extra.size()));
+    }
+    auto m = BpeModel::build(byte_vocab(extra), merges, false);
+    REQUIRE(m.ok());
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += static_cast<char>('a' + gen() % 4);
+    double prev = 0;
+    for (double p : {0.0, 0.1, 0.5, 0.9, 1.0}) {
+      Rng rng(seed);
+      BpeScratch s;
+      s.sampling = {&rng, p, 0};
+      std::size_t total = 0;
+      for (int k = 0; k < 50; ++k) {
+        std::vector<TokenId> out;
+        m.value().encode(text, out, s);
+        std::string back;
+        for (TokenId id : out) back += m.value().token(id);
+        REQUIRE(back == text);
+        total += out.size();
+        if (p == 0.0) {
+          std::vector<TokenId> det;
+          BpeScratch plain;
+          m.value().encode(text, det, plain);
+          CHECK(out == det);
+        }
+      }
+      INFO("seed " << seed << " p " << p);
+      CHECK(static_cast<double>(total) >= prev);
+      if (p == 1.0) CHECK(total == 50 * text.size());
+      prev = static_cast<double>(total);
+    }
+  }
 }

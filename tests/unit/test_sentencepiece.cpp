@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <set>
 
@@ -193,25 +195,30 @@ TEST_CASE("SentencePiece unigram: n-best and sampled segmentations", "[tok][spm]
   }
   // Sampling: reproducible from the seed; a large alpha gives the best path; alpha 0 is
   // uniform over segmentations, so over many draws every one of them turns up.
+  auto sample = [&](std::string_view text, double alpha, Rng& rng, std::vector<TokenId>& out, ModelScratch& sc) {
+    sc.bpe.sampling = {&rng, 0, alpha};
+    m->encode(text, out, sc);
+    sc.bpe.sampling = {};
+  };
   Rng a(7), b(7);
   std::vector<TokenId> x, y;
   for (int i = 0; i < 20; ++i) {
     x.clear();
     y.clear();
-    m->sample("abab ab", 0.5, a, x, s);
-    m->sample("abab ab", 0.5, b, y, s);
+    sample("abab ab", 0.5, a, x, s);
+    sample("abab ab", 0.5, b, y, s);
     CHECK(x == y);
   }
   Rng r(1);
   for (int i = 0; i < 20; ++i) {
     x.clear();
-    m->sample("abab", 200.0, r, x, s);
+    sample("abab", 200.0, r, x, s);
     CHECK(x == viterbi);
   }
   std::set<std::vector<TokenId>> seen;
   for (int i = 0; i < 2000; ++i) {
     x.clear();
-    m->sample("abab", 0.0, r, x, s);
+    sample("abab", 0.0, r, x, s);
     seen.insert(x);
   }
   CHECK(seen.size() == nb.size());
@@ -263,4 +270,37 @@ TEST_CASE("NFKC character map: applied per grapheme cluster, as HF's Precompiled
   // Invalid bytes are kept, and cut the text into runs.
   n.apply_charsmap("\xFF" "e\xCC\x81\xFE", out);
   CHECK(out == "\xFF\xC3\xA9\xFE");
+}
+
+TEST_CASE("SentencePiece BPE-dropout: a dropped merge is gone (spm's SampleEncode)", "[tok][spm][dropout][property]") {
+  // "▁abcd" with the pieces ab (score -1) and cd (-2), no other merge: each is dropped
+  // with probability p on its own, so at p = 1/2 the four segmentations come out a quarter
+  // of the time each (HF's merge_all would retry a skipped ab after cd: 3/8 for ab|cd).
+  std::vector<P> pieces = {{"<unk>", 0, 2}, {S, -10, 1}, {"a", -10, 1}, {"b", -10, 1},
+                           {"c", -10, 1},   {"d", -10, 1}, {"ab", -1, 1}, {"cd", -2, 1}};
+  auto m = SentencePieceModel::parse(model_proto(pieces, 2, false, false), "d.model");
+  REQUIRE(m.ok());
+  Rng rng(5);
+  ModelScratch s;
+  s.bpe.sampling = {&rng, 0.5, 0};
+  std::map<std::string, int> seen;
+  const int n = 40000;
+  for (int i = 0; i < n; ++i) {
+    std::vector<TokenId> ids;
+    m->encode("abcd", ids, s);
+    std::string key;
+    for (TokenId id : ids) key += (key.empty() ? "" : "|") + std::string(m->token_text(id));
+    ++seen[key];
+  }
+  REQUIRE(seen.size() == 4);
+  for (const auto& [key, count] : seen) {
+    INFO(key);
+    CHECK(std::abs(count / double(n) - 0.25) < 0.012);
+  }
+  // p = 1: characters; p = 0: the deterministic pieces.
+  s.bpe.sampling.dropout = 1;
+  CHECK(encode(*m, "abcd") == V{S, "ab", "cd"});
+  std::vector<TokenId> ids;
+  m->encode("abcd", ids, s);
+  CHECK(ids.size() == 5);
 }

@@ -264,6 +264,10 @@ void BpeModel::symbolize_chars(std::string_view piece, BpeScratch& s) const {
 
 void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
   if (piece.empty()) return;
+  if (s.sampling.rng) {
+    encode_dropout(piece, out, s);
+    return;
+  }
   if (char_level_) {
     encode_chars(piece, out, s);
     return;
@@ -311,9 +315,7 @@ bool BpeModel::segments(std::string_view piece) const {
   return false;
 }
 
-// BPE from the bytes up: the definition, for a piece or a segment of one; `suffixed`: the
-// last byte starts as its end-of-word token.
-void BpeModel::encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s, bool suffixed) const {
+void BpeModel::symbolize_bytes(std::string_view piece, BpeScratch& s, bool suffixed) const {
   s.sym.clear();
   auto add = [&](TokenId id) {
     if (id >= 0) s.sym.push_back(id);
@@ -322,6 +324,24 @@ void BpeModel::encode_bytes(std::string_view piece, std::vector<TokenId>& out, B
   const std::size_t plain = suffixed && !piece.empty() ? piece.size() - 1 : piece.size();
   for (std::size_t i = 0; i < plain; ++i) add(byte_ids_[static_cast<unsigned char>(piece[i])]);
   if (plain < piece.size()) add(suffix_ids_[static_cast<unsigned char>(piece.back())]);
+}
+
+// BPE-dropout. HF looks a piece up whole (ignore_merges) before any draw, and merges the
+// whole piece in one heap: the segments of encode_segmented would merge the same way,
+// but they would draw in another order, and a merge in one segment puts back the skipped
+// ones of all.
+void BpeModel::encode_dropout(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
+  if (whole_token(piece, out)) return;
+  if (char_level_) symbolize_chars(piece, s);
+  else symbolize_bytes(piece, s, !suffix_.empty());
+  if (s.sym.size() >= 2) merge_heap(s, /*dropout=*/true);
+  out.insert(out.end(), s.sym.begin(), s.sym.end());
+}
+
+// BPE from the bytes up: the definition, for a piece or a segment of one; `suffixed`: the
+// last byte starts as its end-of-word token.
+void BpeModel::encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s, bool suffixed) const {
+  symbolize_bytes(piece, s, suffixed);
   if (s.sym.size() >= 2) {
     // Short pieces: the scan (24 vs 64 measured equal on Chinese text, where hash
     // lookups of pairs dominate); long pieces: the heap.
@@ -444,7 +464,7 @@ void BpeModel::merge_linear(BpeScratch& s) const {
 }
 
 // Heap with lazy invalidation for long pieces (HF's merge_all order: rank, then position).
-void BpeModel::merge_heap(BpeScratch& s) const {
+void BpeModel::merge_heap(BpeScratch& s, bool dropout) const {
   auto& sym = s.sym;
   const auto n = static_cast<std::int32_t>(sym.size());
   s.prev.resize(sym.size());
@@ -467,10 +487,22 @@ void BpeModel::merge_heap(BpeScratch& s) const {
   for (std::int32_t i = 0; i + 1 < n; ++i) push(i);
   auto& dead = s.dead;
   dead.assign(sym.size(), 0);
+  s.skipped.clear();
   while (!q.empty()) {
     std::pop_heap(q.begin(), q.end(), std::greater<>());
     std::uint64_t key = q.back();
     q.pop_back();
+    if (dropout) {  // (HF draws for every entry taken, stale ones too)
+      if (s.sampling.rng->uniform() < s.sampling.dropout) {
+        s.skipped.push_back(key);
+        continue;
+      }
+      for (std::uint64_t k : s.skipped) {
+        q.push_back(k);
+        std::push_heap(q.begin(), q.end(), std::greater<>());
+      }
+      s.skipped.clear();
+    }
     auto pos = static_cast<std::int32_t>(key & 0xFFFFFFFFu);
     auto p = static_cast<std::size_t>(pos);
     if (dead[p]) continue;

@@ -696,7 +696,11 @@ void SentencePieceModel::encode_normalized(std::string_view text, std::vector<To
   if (text.empty()) return;
   auto& pieces = s.sp_pieces;
   pieces.clear();
-  if (hf_) {
+  const Sampling& drawn = s.bpe.sampling;
+  if (drawn.rng) {  // subword regularization: no word cache
+    if (kind_ == Kind::unigram) sample(text, drawn.alpha, *drawn.rng, pieces);
+    else bpe(text, pieces, s);
+  } else if (hf_) {
     unigram_hf(text, pieces);
   } else if (kind_ == Kind::unigram) {
     unigram(text, pieces, s.sp_best);
@@ -808,6 +812,7 @@ void SentencePieceModel::unigram(std::string_view text, std::vector<std::pair<st
 // (rank << 32 | left position): integer compares, the leftmost first on ties.
 void SentencePieceModel::bpe(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out,
                              ModelScratch& s) const {
+  const Sampling* drop = s.bpe.sampling.rng ? &s.bpe.sampling : nullptr;
   auto& sym = s.sp_sym;
   sym.clear();
   for (std::size_t i = 0; i < text.size();) {
@@ -867,6 +872,10 @@ void SentencePieceModel::bpe(std::string_view text, std::vector<std::pair<std::s
     if (a.len == 0 || a.next < 0) continue;
     auto m = merge_of(l, a.next);
     if (m.first != static_cast<std::uint32_t>(key >> 32)) continue;  // stale
+    // BPE-dropout as spm's SampleEncode: a live merge is dropped with probability
+    // `dropout` (always at 1, never at 0, without a draw), for good: it comes back only
+    // if its neighbours change and make the pair anew.
+    if (drop && (drop->dropout >= 1 || (drop->dropout > 0 && drop->rng->uniform() < drop->dropout))) continue;
     SpSym& b = sym[static_cast<std::size_t>(a.next)];
     if (has_unused_ && types_[static_cast<std::size_t>(m.second)] == SpPieceType::unused)
       rev_merge[text.substr(a.begin, a.len + b.len)] = {piece_of(a), piece_of(b)};
@@ -906,11 +915,14 @@ void SentencePieceModel::bpe(std::string_view text, std::vector<std::pair<std::s
 
 void SentencePieceModel::lattice(std::string_view text, std::vector<LatticeEdge>& edges) const {
   edges.clear();
-  const auto unk_score = static_cast<double>(min_score_ - kUnkPenalty);
+  // (An HF model: its f64 scores, the unknown piece 10 below the lowest, as unigram_hf.)
+  const double unk_score =
+      hf_ ? min_score64_ - static_cast<double>(kUnkPenalty) : static_cast<double>(min_score_ - kUnkPenalty);
   walk_lattice(
       text,
       [&](std::size_t start, std::size_t end, TokenId id) {
-        double sc = types_[static_cast<std::size_t>(id)] == SpPieceType::user_defined
+        double sc = hf_ ? scores64_[static_cast<std::size_t>(id)]
+                    : types_[static_cast<std::size_t>(id)] == SpPieceType::user_defined
                         ? static_cast<double>(end - start) * static_cast<double>(max_score_) - 0.1
                         : static_cast<double>(scores_[static_cast<std::size_t>(id)]);
         edges.push_back({static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(end), id, sc});
@@ -974,11 +986,8 @@ void SentencePieceModel::nbest(std::string_view raw, std::size_t n, std::vector<
   }
 }
 
-void SentencePieceModel::sample(std::string_view raw, double alpha, Rng& rng, std::vector<TokenId>& out,
-                                ModelScratch& s) const {
-  norm_.normalize(raw, s.sp_text);
-  std::string_view text = s.sp_text;
-  if (text.empty()) return;
+void SentencePieceModel::sample(std::string_view text, double alpha, Rng& rng,
+                                std::vector<std::pair<std::string_view, TokenId>>& pieces) const {
   std::vector<LatticeEdge> edges;
   lattice(text, edges);
   // Forward: log of the summed weight of all paths to each position.
@@ -994,7 +1003,7 @@ void SentencePieceModel::sample(std::string_view raw, double alpha, Rng& rng, st
   std::vector<std::vector<std::uint32_t>> ending(text.size() + 1);
   for (std::uint32_t k = 0; k < edges.size(); ++k) ending[edges[k].end].push_back(k);
   // Backward: draw the last piece in proportion to its weight, and so on.
-  std::vector<std::pair<std::string_view, TokenId>> pieces;
+  const std::size_t first = pieces.size();
   for (std::size_t e = text.size(); e > 0;) {
     double u = rng.uniform(), acc = 0;
     std::uint32_t pick = ending[e].front();
@@ -1009,8 +1018,7 @@ void SentencePieceModel::sample(std::string_view raw, double alpha, Rng& rng, st
     pieces.emplace_back(text.substr(x.start, x.end - x.start), x.id);
     e = x.start;
   }
-  std::reverse(pieces.begin(), pieces.end());
-  emit(pieces, out, s);
+  std::reverse(pieces.begin() + static_cast<std::ptrdiff_t>(first), pieces.end());
 }
 
 Status SentencePieceModel::decode(const TokenId* ids, std::size_t n, std::string& out) const {

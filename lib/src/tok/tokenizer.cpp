@@ -39,6 +39,7 @@ Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vect
                      TokenizerInfo info)
     : model_(std::move(model)),
       pre_(std::move(spec.pre)),
+      pre_shortcut_(spec.pre_shortcut),
       norm_(spec.norm),
       bert_(spec.bert),
       chain_(std::move(spec.normalizer)),
@@ -220,7 +221,7 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
   if (seg.empty()) return;
   std::string_view t = normalize_segment(seg, at_start, s, nullptr, normalized);
   s.ranges_.clear();
-  if (pre_) pre_->split(t, s.ranges_);
+  if (pre_ && !(pre_shortcut_ && s.scratch_.bpe.sampling.rng)) pre_->split(t, s.ranges_);
   else s.ranges_.push_back({0, static_cast<std::uint32_t>(t.size())});
   for (const Range& r : s.ranges_) {
     std::string_view piece = t.substr(r.begin, r.end - r.begin);
@@ -268,7 +269,8 @@ void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, 
 
 void Tokenizer::encode_piece(std::string_view piece, std::vector<TokenId>& out, Session& s) const {
   using Slot = Session::CacheSlot;
-  if (piece.size() > Session::kCacheMaxPiece || piece.size() < 2 || (bpe_ && bpe_->segments(piece))) {
+  if (piece.size() > Session::kCacheMaxPiece || piece.size() < 2 || (bpe_ && bpe_->segments(piece)) ||
+      s.scratch_.bpe.sampling.rng) {
     if (bpe_) bpe_->encode(piece, out, s.scratch_.bpe);
     else model_->encode(piece, out, s.scratch_);
     return;
@@ -549,7 +551,7 @@ void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, b
   auto& src = s.src_;
   std::string_view t = normalize_segment(seg, at_start, s, &src, outer != nullptr);
   s.ranges_.clear();
-  if (pre_) pre_->split(t, s.ranges_);
+  if (pre_ && !(pre_shortcut_ && s.scratch_.bpe.sampling.rng)) pre_->split(t, s.ranges_);
   else s.ranges_.push_back({0, static_cast<std::uint32_t>(t.size())});
   const auto* sp = model_->type() == ModelType::sentencepiece ? static_cast<const SentencePieceModel*>(model_.get())
                                                                : nullptr;

@@ -758,6 +758,16 @@ Status parse_sp_style_front(json::Value root, TokenizerSpec& spec, bool& split, 
   return {};
 }
 
+// A BPE model's dropout: null (or absent, or 0) for none, else a probability, which HF
+// applies to every encoding; HF refuses a file with any other value.
+Result<double> parse_dropout(json::Value model) {
+  json::Value d = model.get("dropout");
+  if (!d.valid() || d.is_null()) return 0.0;
+  if (!d.is_number() || !(d.num() >= 0 && d.num() <= 1))
+    return make_error(Errc::parse, "{}: BPE dropout must be null or a probability from 0 to 1", d.where());
+  return d.num();
+}
+
 // HF's decoder as a chain of steps (Decoder::chain): a Sequence flattened; null gives no
 // step (HF then joins the tokens with spaces).
 Status parse_decode_steps(json::Value dec, std::vector<DecodeStep>& out) {
@@ -908,6 +918,8 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(const json::Document&
   auto bpe = std::make_unique<BpeModel>(std::move(built).value());
   auto flag = [&](const char* k) { return model.get(k).is_bool() && model.get(k).boolean(); };
   bpe->set_char_level(unk, flag("byte_fallback"), flag("fuse_unk"));
+  LMP_ASSIGN(double dropout, parse_dropout(model));
+  bpe->set_dropout(dropout);
   // HF has no pre-tokenizer here: a line is one word. When no token holds ▁ after
   // another character, no merge crosses the start of a word, and encoding word by word
   // (through the piece cache) gives the same tokens.
@@ -924,6 +936,7 @@ Result<std::unique_ptr<Tokenizer>> load_metaspace_bpe_json(const json::Document&
     LMP_ASSIGN(spec.pre, make_pre_tokenizer("metaspace"));
   } else if (words_independent) {
     LMP_ASSIGN(spec.pre, make_pre_tokenizer("metaspace-words"));
+    spec.pre_shortcut = true;
   }
   spec.decoder = Decoder::metaspace;
   LMP_TRY(parse_template(root.get("post_processor"), spec));
@@ -972,6 +985,8 @@ Result<std::unique_ptr<Tokenizer>> load_char_bpe_json(const json::Document& doc,
   auto bpe = std::make_unique<BpeModel>(std::move(built).value());
   bpe->set_char_level(unk, flag("byte_fallback"), flag("fuse_unk"));
   LMP_TRY(bpe->set_end_of_word_suffix(std::move(suffix)));
+  LMP_ASSIGN(double dropout, parse_dropout(model));
+  bpe->set_dropout(dropout);
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
   return std::make_unique<Tokenizer>(std::move(bpe), std::move(spec), std::move(added), std::move(info));
 }
@@ -1028,6 +1043,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
   }
   json::Value im = model.get("ignore_merges");
   bool ignore_merges = im.is_bool() && im.boolean();
+  LMP_ASSIGN(double dropout, parse_dropout(model));
   // end_of_word_suffix (CLIP's "</w>") marks the last symbol of a word; a
   // continuing_subword_prefix ("##" on every symbol but the first) is not supported.
   std::string suffix;
@@ -1050,6 +1066,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer_doc(std::unique_ptr<json::Docu
   }
   auto bpe = std::make_unique<BpeModel>(std::move(built).value());
   LMP_TRY(bpe->set_end_of_word_suffix(std::move(suffix)));
+  bpe->set_dropout(dropout);
   TokenizerInfo info{name, "tokenizer.json", spec.pre ? std::string(spec.pre->name()) : "none"};
   tspec.pre = std::move(spec.pre);
   tspec.prefix_space = spec.prefix_space;
@@ -1708,7 +1725,9 @@ std::string to_tokenizer_json(const Tokenizer& t) {
     if (v.empty()) o += "null";
     else json::append_string(o, v);
   };
-  o += R"(,"model":{"type":"BPE","dropout":null,"unk_token":)";
+  o += R"(,"model":{"type":"BPE","dropout":)";
+  o += bpe.dropout() > 0 ? fmt::format("{}", bpe.dropout()) : std::string("null");
+  o += R"(,"unk_token":)";
   text_or_null(bpe.unk_id() >= 0 ? bpe.token(bpe.unk_id()) : std::string());
   o += R"(,"continuing_subword_prefix":)";
   text_or_null(bpe.continuing_subword_prefix());

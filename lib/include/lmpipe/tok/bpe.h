@@ -86,8 +86,16 @@ class BpeModel final : public Model {
   const std::string& end_of_word_suffix() const { return suffix_; }
   const std::string& continuing_subword_prefix() const { return prefix_; }
   TokenId unk_id() const { return unk_id_; }
+  // HF's `dropout` of a tokenizer.json (0: none): HF skips each merge with this
+  // probability on every encoding. encode() applies it only when the scratch samples
+  // (Sampling::rng), with the probability the scratch holds.
+  void set_dropout(double p) { dropout_ = p; }
+  double dropout() const { return dropout_; }
 
-  // Append the ids of one pre-token piece to `out`.
+  // Append the ids of one pre-token piece to `out`. With s.sampling.rng set, BPE-dropout
+  // as HF's merge_all does it: each merge taken from the heap is skipped with probability
+  // s.sampling.dropout, and the skipped ones go back into the heap when a merge is not
+  // skipped (a draw that skips the last candidate ends the piece).
   void encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
   // Whether encode cuts this piece into segments (7 bytes or more, with a character of
   // three or four bytes), which it caches itself: a cache of whole pieces in front would
@@ -129,6 +137,10 @@ class BpeModel final : public Model {
   // The pieces that encode_segmented cuts: at least this long, with a byte >= 0xE0.
   static constexpr std::size_t kSegmentFrom = 7;
   void encode_bytes(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s, bool suffixed = false) const;
+  // The piece's byte symbols into s.sym (`suffixed`: the last byte's end-of-word token).
+  void symbolize_bytes(std::string_view piece, BpeScratch& s, bool suffixed) const;
+  // encode() under BPE-dropout: the whole piece through the heap, no cache.
+  void encode_dropout(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
   void encode_segmented(std::string_view piece, const DoubleArray& trie, std::vector<TokenId>& out, BpeScratch& s) const;
   void encode_segment(std::string_view seg, std::vector<TokenId>& out, BpeScratch& s) const;
   // A trie of every token with a byte >= 0x80 (tokens of ASCII bytes only cannot reach
@@ -152,7 +164,8 @@ class BpeModel final : public Model {
     }
     return slot.merge;
   }
-  void merge_heap(BpeScratch& s) const;
+  // With `dropout`, BPE-dropout (s.sampling): see encode().
+  void merge_heap(BpeScratch& s, bool dropout = false) const;
   // The merge of (a, b) packed as rank << 32 | merged id (ordered by rank), or kNoMerge.
   std::uint64_t packed_merge(TokenId a, TokenId b) const {
     const MergeInfo* m = merges_.find(pair_key(a, b));
@@ -171,6 +184,7 @@ class BpeModel final : public Model {
   bool distinct_ = false;  // no two tokens have the same bytes (build_indexed): none is shadowed
   bool char_level_ = false, byte_fallback_ = false, fuse_unk_ = false;
   TokenId unk_id_ = -1;
+  double dropout_ = 0;
   std::array<TokenId, 256> fallback_ids_{};               // <0xXX> tokens
   std::string suffix_;                                    // end_of_word_suffix ("" if none)
   std::string prefix_;                                    // continuing_subword_prefix ("" if none)

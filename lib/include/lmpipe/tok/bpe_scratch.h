@@ -5,9 +5,21 @@
 #include <string>
 #include <vector>
 
+#include "lmpipe/core/rng.h"
 #include "lmpipe/tok/types.h"
 
 namespace lmp::tok {
+
+// Subword regularization (tok-encode --sample), set on a Session: with `rng` set, a BPE
+// model skips each merge with probability `dropout` (BPE-dropout, in the semantics of the
+// file's own library: HF's for tokenizer.json, SentencePiece's for .model files) and a
+// unigram model draws a segmentation with probability ∝ exp(alpha · score). Piece caches
+// are bypassed then.
+struct Sampling {
+  Rng* rng = nullptr;
+  double dropout = 0;
+  double alpha = 0;
+};
 
 // Per-thread working memory for BpeModel::encode.
 struct BpeScratch {
@@ -19,6 +31,8 @@ struct BpeScratch {
   std::uint64_t dropped_bytes = 0;   // bytes with no token in the vocabulary
   std::uint64_t unknown = 0;         // unknown tokens put out (character-level BPE)
   std::string key;                   // a character with its word prefix or suffix (character-level BPE)
+  Sampling sampling;                 // (off unless set)
+  std::vector<std::uint64_t> skipped;  // BPE-dropout: heap entries skipped since the last merge
   // Direct-mapped cache of recent pair lookups (pair_key → packed merge): the merge
   // table of a large vocabulary (8 MB for Llama-3) misses the CPU caches on nearly
   // every probe, while text reuses a few thousand pairs (CJK characters' bytes above all).

@@ -73,6 +73,9 @@ class SentencePieceModel final : public Model {
   // Encode one segment of raw text (normalization included).
   void encode(std::string_view text, std::vector<TokenId>& out, ModelScratch& s) const override;
   // Encode text normalized already (by normalizer(), or for HF models by the Tokenizer).
+  // With s.bpe.sampling set: unigram draws one segmentation with probability
+  // ∝ exp(alpha · score) (subword regularization, by forward filtering and backward
+  // sampling); BPE drops each merge with probability dropout, as spm's SampleEncode.
   void encode_normalized(std::string_view text, std::vector<TokenId>& out, ModelScratch& s) const;
   std::size_t vocab_size() const override { return pieces_.size(); }
   std::string_view token_text(TokenId id) const override {
@@ -84,9 +87,6 @@ class SentencePieceModel final : public Model {
   // Unigram only: the n best segmentations of raw text, best first (fewer when the
   // text has fewer), each as ids.
   void nbest(std::string_view text, std::size_t n, std::vector<std::vector<TokenId>>& out, ModelScratch& s) const;
-  // Unigram only: one segmentation drawn with probability ∝ exp(alpha · score)
-  // (subword regularization), by forward filtering and backward sampling.
-  void sample(std::string_view text, double alpha, Rng& rng, std::vector<TokenId>& out, ModelScratch& s) const;
 
   // spm's decoding: pieces joined, ▁ → space, <0xXX> → bytes, control tokens dropped,
   // <unk> → its surface (" ⁇ "), the dummy prefix's space removed.
@@ -118,6 +118,8 @@ class SentencePieceModel final : public Model {
   void unigram(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out,
                std::vector<SpBest>& best) const;
   void bpe(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out, ModelScratch& s) const;
+  // Unigram: one segmentation of normalized text drawn with probability ∝ exp(alpha · score).
+  void sample(std::string_view text, double alpha, Rng& rng, std::vector<std::pair<std::string_view, TokenId>>& pieces) const;
   std::size_t match_user_defined(std::string_view s) const;  // bytes of the longest one at s, or 0
 
   Kind kind_ = Kind::unigram;

@@ -67,6 +67,9 @@ struct DecodeStep {
 // Everything of a tokenizer but its model and added tokens.
 struct TokenizerSpec {
   std::unique_ptr<PreTokenizer> pre;
+  // `pre` is lmpipe's shortcut, not the file's: a split that gives the same tokens
+  // (words no merge crosses). Sampling skips it: BPE-dropout draws over the word HF sees.
+  bool pre_shortcut = false;
   Normalization norm = Normalization::none;
   std::optional<text::BertNormalization> bert;  // HF's BertNormalizer (instead of `norm`)
   // Any other chain of HF normalizers (instead of `norm` and `bert`).
@@ -122,6 +125,10 @@ class Session {
   std::uint64_t unknown_words() const { return scratch_.unknown + scratch_.bpe.unknown; }
   // When set, encode() appends one record per pre-token of the line.
   std::vector<PieceCount>* pieces = nullptr;
+  // Subword regularization from now on (tok-encode --sample): BPE models skip each merge
+  // with probability `dropout`, unigram models draw with probability ∝ exp(alpha · score),
+  // from `rng` (which must outlive the Session's use of it); nullptr turns it off.
+  void sample(Rng* rng, double dropout, double alpha) { scratch_.bpe.sampling = {rng, dropout, alpha}; }
 
  private:
   friend class Tokenizer;
@@ -262,6 +269,7 @@ class Tokenizer {
   std::unique_ptr<Model> model_;
   const BpeModel* bpe_ = nullptr;
   std::unique_ptr<PreTokenizer> pre_;
+  bool pre_shortcut_ = false;
   Normalization norm_ = Normalization::none;
   std::optional<text::BertNormalization> bert_;
   std::shared_ptr<const Normalizer> chain_;
