@@ -326,12 +326,11 @@ void BpeModel::symbolize_bytes(std::string_view piece, BpeScratch& s, bool suffi
   if (plain < piece.size()) add(suffix_ids_[static_cast<unsigned char>(piece.back())]);
 }
 
-// BPE-dropout. HF looks a piece up whole (ignore_merges) before any draw, and merges the
-// whole piece in one heap: the segments of encode_segmented would merge the same way,
-// but they would draw in another order, and a merge in one segment puts back the skipped
-// ones of all.
+// BPE-dropout, as HF's BPE::tokenize with a dropout: no ignore_merges lookup (HF makes it
+// only on its cached path, which dropout bypasses), and the whole piece in one heap: the
+// segments of encode_segmented would merge the same way, but they would draw in another
+// order, and a merge in one segment puts back the skipped ones of all.
 void BpeModel::encode_dropout(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const {
-  if (whole_token(piece, out)) return;
   if (char_level_) symbolize_chars(piece, s);
   else symbolize_bytes(piece, s, !suffix_.empty());
   if (s.sym.size() >= 2) merge_heap(s, /*dropout=*/true);

@@ -95,7 +95,8 @@ class BpeModel final : public Model {
   // Append the ids of one pre-token piece to `out`. With s.sampling.rng set, BPE-dropout
   // as HF's merge_all does it: each merge taken from the heap is skipped with probability
   // s.sampling.dropout, and the skipped ones go back into the heap when a merge is not
-  // skipped (a draw that skips the last candidate ends the piece).
+  // skipped (a draw that skips the last candidate ends the piece); no ignore_merges
+  // lookup then, as in HF.
   void encode(std::string_view piece, std::vector<TokenId>& out, BpeScratch& s) const;
   // Whether encode cuts this piece into segments (7 bytes or more, with a character of
   // three or four bytes), which it caches itself: a cache of whole pieces in front would

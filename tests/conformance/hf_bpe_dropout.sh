@@ -1,0 +1,123 @@
+#!/bin/sh
+# BPE-dropout (tok-encode --sample) draws segmentations from the distribution of the
+# file's own library: HF tokenizers' for a tokenizer.json (its `dropout`: a merge that is
+# not skipped puts the skipped ones back, per word, and a SentencePiece-style file has one
+# word per line), SentencePiece's for a .model (spm_encode --output_format=sample_id
+# --alpha P: a dropped merge is gone). The generators differ, so the draws are compared as
+# distributions: lmpipe's tokens per line and its distribution of ids over many draws
+# against the peer's, within the spread of two runs of the peer itself. Files: byte-level
+# and character-level BPE and SentencePiece BPE trained here, and with the reference data
+# GPT-2's, Llama-3's (ignore_merges) and Mistral's tokenizer.json. A SentencePiece BPE
+# trained once and written both ways shows that the comparison can fail: its .model and
+# its tokenizer.json sample far apart. Unigram sampling (--alpha) against spm_encode too.
+# Needs node and @anush008/tokenizers (scripts/test installs them); skips without them.
+. "$(dirname "$0")/common.inc"
+require_node_peers
+js=$src/tests/conformance/hf_encode_ids.js
+export PYTHONDONTWRITEBYTECODE=1
+
+# distance OURS PEER PEER2 [far]: exit 0 when OURS is within the spread of PEER2 about PEER
+# (with `far`: when OURS is far from PEER); prints the figures.
+distance() {
+  python3 - "$@" <<'PY'
+import collections, sys
+def load(path):
+    ids, n, lines = collections.Counter(), 0, 0
+    for line in open(path):
+        t = line.split()
+        ids.update(t)
+        n += len(t)
+        lines += 1
+    return ids, n, max(lines, 1)
+def tv(a, b):
+    return 0.5 * sum(abs(a[0][k] / a[1] - b[0][k] / b[1]) for k in set(a[0]) | set(b[0]))
+ours, peer, peer2 = (load(p) for p in sys.argv[1:4])
+ratio, spread = ours[1] / peer[1], abs(peer2[1] / peer[1] - 1)
+d, base = tv(ours, peer), tv(peer2, peer)
+print(f"{ours[1] / ours[2]:.2f} tokens a line against {peer[1] / peer[2]:.2f} (peer again: "
+      f"{peer2[1] / peer2[2]:.2f}); id distribution distance {d:.4f} (peer again: {base:.4f})")
+near = abs(ratio - 1) <= 3 * spread + 0.01 and d <= 1.5 * base + 0.01
+sys.exit(0 if near != (len(sys.argv) > 4) else 1)
+PY
+}
+judge() {  # judge NAME OURS PEER PEER2 [far]
+  name=$1
+  shift
+  if distance "$@" >"$work/report"; then
+    echo "ok   $name: $(cat "$work/report")"
+  else
+    echo "FAIL $name: $(cat "$work/report")"
+    fail=1
+  fi
+}
+with_dropout() {  # with_dropout IN.json P OUT.json
+  python3 - "$@" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1], encoding="utf-8"))
+t["model"]["dropout"] = float(sys.argv[2])
+json.dump(t, open(sys.argv[3], "w", encoding="utf-8"), ensure_ascii=False)
+PY
+}
+repeat() {  # repeat TEXT N OUT
+  : >"$3"
+  i=0
+  while [ $i -lt "$2" ]; do cat "$1" >>"$3"; i=$((i + 1)); done
+}
+hf_check() {  # hf_check NAME TOKENIZER.json TEXT REPS
+  repeat "$3" "$4" "$work/rep.txt"
+  for p in 0.1 0.5; do
+    with_dropout "$2" $p "$work/d.json" || { fail=1; return; }
+    "$bin/tok-encode" -t "$work/d.json" --sample --seed 7 "$work/rep.txt" >"$work/ours" || { echo "FAIL $1: tok-encode"; fail=1; continue; }
+    node "$js" "$work/d.json" "$work/rep.txt" >"$work/hf1" && node "$js" "$work/d.json" "$work/rep.txt" >"$work/hf2" ||
+      { echo "FAIL $1: HF"; fail=1; continue; }
+    judge "$1, dropout $p, HF tokenizers" "$work/ours" "$work/hf1" "$work/hf2"
+  done
+}
+
+if have_data; then
+  head -n 300 "$data/slices/en_1M.txt" >"$work/text.txt"
+  head -n 100 "$data/slices/zh_1M.txt" >"$work/zh.txt"
+  corpus=$data/slices/en_1M.txt reps=12
+else
+  stress_text "$work/text.txt"
+  corpus=$work/text.txt reps=150
+  echo "note: reference data not found at '$data': trained files on the stress text only"
+fi
+
+"$bin/tok-train" -q --vocab-size 3000 -o "$work/bpe.json" "$corpus" || fail=1
+hf_check "byte-level BPE trained here" "$work/bpe.json" "$work/text.txt" $reps
+"$bin/tok-train" -q -m char-bpe --vocab-size 3000 --prefix '##' -o "$work/char.json" "$corpus" || fail=1
+hf_check "character-level BPE, ## and </w>" "$work/char.json" "$work/text.txt" $reps
+"$bin/tok-train" -q -m sp-bpe --vocab-size 3000 -o "$work/sp.json" "$corpus" || fail=1
+"$bin/tok-train" -q -m sp-bpe --vocab-size 3000 -o "$work/sp.model" "$corpus" || fail=1
+hf_check "SentencePiece-style BPE tokenizer.json" "$work/sp.json" "$work/text.txt" $reps
+if have_data; then
+  hf_check "GPT-2" "$data/tokenizers/gpt2/tokenizer.json" "$work/text.txt" $reps
+  hf_check "Llama-3 (ignore_merges), Chinese" "$data/tokenizers/llama3/tokenizer.json" "$work/zh.txt" $reps
+  hf_check "Mistral" "$data/tokenizers/mistral-sp/tokenizer.json" "$work/text.txt" $reps
+fi
+
+if command -v spm_encode >/dev/null; then
+  repeat "$work/text.txt" $reps "$work/rep.txt"
+  "$bin/tok-train" -q -m unigram --vocab-size 3000 -o "$work/u.model" "$corpus" || fail=1
+  "$bin/tok-train" -q -m unigram --vocab-size 3000 -o "$work/u.json" "$corpus" || fail=1
+  for p in 0.1 0.5; do
+    "$bin/tok-encode" -t "$work/sp.model" --sample --dropout $p --seed 3 "$work/rep.txt" >"$work/ours" || fail=1
+    spm_encode --model="$work/sp.model" --output_format=sample_id --alpha=$p --random_seed=1 <"$work/rep.txt" >"$work/spm1" &&
+      spm_encode --model="$work/sp.model" --output_format=sample_id --alpha=$p --random_seed=2 <"$work/rep.txt" >"$work/spm2" || fail=1
+    judge "SentencePiece BPE .model, dropout $p, spm_encode" "$work/ours" "$work/spm1" "$work/spm2"
+    # The same training as a tokenizer.json samples as HF does: far from spm's draws.
+    with_dropout "$work/sp.json" $p "$work/d.json" || fail=1
+    "$bin/tok-encode" -t "$work/d.json" --sample --seed 3 "$work/rep.txt" >"$work/json" || fail=1
+    judge "the same training's tokenizer.json, dropout $p, is far from spm_encode's draws" "$work/json" "$work/spm1" "$work/spm2" far
+    "$bin/tok-encode" -t "$work/u.model" --sample --alpha $p --seed 3 "$work/rep.txt" >"$work/ours" || fail=1
+    "$bin/tok-encode" -t "$work/u.json" --sample --alpha $p --seed 4 "$work/rep.txt" >"$work/ours_json" || fail=1
+    spm_encode --model="$work/u.model" --output_format=sample_id --alpha=$p --nbest_size=-1 --random_seed=1 <"$work/rep.txt" >"$work/spm1" &&
+      spm_encode --model="$work/u.model" --output_format=sample_id --alpha=$p --nbest_size=-1 --random_seed=2 <"$work/rep.txt" >"$work/spm2" || fail=1
+    judge "unigram .model, alpha $p, spm_encode" "$work/ours" "$work/spm1" "$work/spm2"
+    judge "unigram tokenizer.json, alpha $p, spm_encode on the .model" "$work/ours_json" "$work/spm1" "$work/spm2"
+  done
+else
+  echo "note: spm_encode not found (Debian package sentencepiece): SentencePiece comparisons not run"
+fi
+exit $fail
