@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "lmpipe/core/rng.h"
+#include "lmpipe/tok/bpe.h"
 #include "lmpipe/tok/tokenizer.h"
 
 namespace lmp::fuzz {
@@ -45,7 +47,7 @@ inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
 }
 
 // Encode a fixed sample and the input's own first bytes (with offsets too: the same ids,
-// spans in order inside the text), decode the ids back, and decode ids the tokenizer
+// spans in order inside the text), the latter sampled too, decode the ids back, and decode ids the tokenizer
 // never made (including ones past its vocabulary): none may crash.
 inline void exercise(const tok::Tokenizer& t, std::string_view input) {
   tok::Session s(t);
@@ -60,6 +62,33 @@ inline void exercise(const tok::Tokenizer& t, std::string_view input) {
     t.encode(text, plain, s);
     t.encode_with_offsets(text, with, spans, s);
     if (with != plain || spans.size() != with.size()) std::abort();
+    std::uint32_t prev = 0;
+    for (const tok::Range& r : spans) {
+      if (r.begin > r.end || r.end > text.size() || r.begin < prev) std::abort();
+      prev = r.begin;
+    }
+  }
+  // Sampling (BPE-dropout, unigram draws): ids in the vocabulary, spans in order; a
+  // byte-level BPE decodes a draw to the text of the best segmentation.
+  if (t.model().type() != tok::ModelType::wordpiece) {
+    Rng rng(input.size());
+    tok::Session d(t);
+    d.sample(&rng, 0.3, 0.2);
+    const std::string_view text = input.substr(0, 256);
+    std::vector<TokenId> drawn, best;
+    std::vector<tok::Range> spans;
+    t.encode(text, drawn, d);
+    t.encode(text, best, s);
+    for (TokenId id : drawn)
+      if (id < 0 || static_cast<std::size_t>(id) >= t.vocab_size()) std::abort();
+    if (t.bpe() && !t.bpe()->char_level() && t.decoder() == tok::Decoder::byte_level) {
+      std::string a, b;
+      if (t.decode(drawn.data(), drawn.size(), a).ok() != t.decode(best.data(), best.size(), b).ok() || a != b)
+        std::abort();
+    }
+    drawn.clear();
+    t.encode_with_offsets(text, drawn, spans, d);
+    if (spans.size() != drawn.size()) std::abort();
     std::uint32_t prev = 0;
     for (const tok::Range& r : spans) {
       if (r.begin > r.end || r.end > text.size() || r.begin < prev) std::abort();
