@@ -216,13 +216,17 @@ bool Tokenizer::metaspace_prepends(std::string_view in, bool at_start) const {
   return !(metaspace_if_missing_ && starts);
 }
 
+void Tokenizer::split_words(std::string_view t, Session& s) const {
+  s.ranges_.clear();
+  if (pre_ && !(pre_shortcut_ && s.scratch_.bpe.sampling.rng)) pre_->split(t, s.ranges_);
+  else s.ranges_.push_back({0, static_cast<std::uint32_t>(t.size())});
+}
+
 void Tokenizer::encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s, bool at_start,
                                bool normalized) const {
   if (seg.empty()) return;
   std::string_view t = normalize_segment(seg, at_start, s, nullptr, normalized);
-  s.ranges_.clear();
-  if (pre_ && !(pre_shortcut_ && s.scratch_.bpe.sampling.rng)) pre_->split(t, s.ranges_);
-  else s.ranges_.push_back({0, static_cast<std::uint32_t>(t.size())});
+  split_words(t, s);
   for (const Range& r : s.ranges_) {
     std::string_view piece = t.substr(r.begin, r.end - r.begin);
     std::size_t before = out.size();
@@ -550,9 +554,7 @@ void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, b
   // The normalized segment and the source in `seg` of each of its bytes.
   auto& src = s.src_;
   std::string_view t = normalize_segment(seg, at_start, s, &src, outer != nullptr);
-  s.ranges_.clear();
-  if (pre_ && !(pre_shortcut_ && s.scratch_.bpe.sampling.rng)) pre_->split(t, s.ranges_);
-  else s.ranges_.push_back({0, static_cast<std::uint32_t>(t.size())});
+  split_words(t, s);
   const auto* sp = model_->type() == ModelType::sentencepiece ? static_cast<const SentencePieceModel*>(model_.get())
                                                                : nullptr;
   for (const Range& r : s.ranges_) {

@@ -219,6 +219,9 @@ class Tokenizer {
  private:
   // `at_start`: the segment begins the text (for Metaspace's prepend_scheme "first");
   // `normalized`: the normalizer has already run on it (see normalize_segment).
+  // The normalized segment `t` into the words the model encodes one by one (s.ranges_):
+  // the pre-tokenizer's, or `t` whole (also when sampling skips a shortcut split).
+  void split_words(std::string_view t, Session& s) const;
   void encode_segment(std::string_view seg, std::vector<TokenId>& out, Session& s, bool at_start,
                       bool normalized = false) const;
   // The segment as the model sees it (the normalizer, the metaspace ▁, a prefix space):
