@@ -21,6 +21,7 @@ struct Options {
   std::string suffix = "</w>", prefix, unk_token = "<unk>";  // char-bpe
   std::vector<std::string> user_defined, control;
   double character_coverage = 0.9995;
+  double dropout = 0;  // BPE into a tokenizer.json: the model's `dropout`
   std::vector<std::string> files, special_tokens;
   std::size_t vocab_size = 30000, limit_alphabet = 0, max_token_length = 0;
   std::uint64_t min_frequency = 0;
@@ -127,6 +128,9 @@ const char* kExamples =
     "  tok-train -m char-bpe --vocab-size 30000 --min-frequency 2 --limit-alphabet 1000 -o char.json corpus.txt\n"
     "  # the original GPT's form (lowercased), and HF's quicktour BPE (no normalizer, no affixes)\n"
     "  tok-train -m char-bpe --normalization bert-uncased -o gpt.json corpus.txt\n"
+    "  # BPE-dropout written into the file (HF's ByteLevelBPETokenizer(dropout=0.1)); draw with it\n"
+    "  tok-train --vocab-size 8000 --dropout 0.1 -o drop.json corpus.txt\n"
+    "  tok-encode -t drop.json --sample --seed 1 corpus.txt\n"
     "  tok-train -m char-bpe --normalization identity -P whitespace --suffix '' -S '[UNK]' \\\n"
     "            --unk-token '[UNK]' -S '[CLS]' -S '[SEP]' -o quicktour.json corpus.txt";
 
@@ -215,6 +219,7 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
   cfg.threads = o.threads;
   cfg.user_defined = o.user_defined;
   cfg.control = o.control;
+  cfg.dropout = o.dropout;
   tok::SpTrainReport rep;
   cli::Progress progress("merging");
   std::string model;
@@ -315,6 +320,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-token-length", o.max_token_length,
                  "do not build tokens longer than this many bytes (char-bpe, wordpiece: characters, affixes not "
                  "counted)");
+  app.add_option("--dropout", o.dropout,
+                 "BPE models (bpe, char-bpe, sp-bpe into a .json): write this BPE-dropout probability into the "
+                 "tokenizer.json, as HF's BPE(dropout=P); HF then skips each merge with it on every encoding, "
+                 "tok-encode with --sample (default: none)")
+      ->check(cli::Range(0.0, 1.0));
   app.add_option("-f,--format", o.format, "hf: tokenizer.json; gpt2: also vocab.json and merges.txt beside it")
       ->check(CLI::IsMember({"hf", "gpt2"}));
   app.add_option("-j,--threads", o.threads, "counting threads (default: the number of cores)")->check(cli::Range(1, 256));
@@ -371,6 +381,12 @@ int main(int argc, char** argv) {
       if (app.count("--pre-tokenizer")) throw cli::UsageError(o.model + " has no pre-tokenizer; --pre-tokenizer is for -m bpe");
       if (!o.special_tokens.empty()) throw cli::UsageError(o.model + " has <unk>, <s> and </s>; -S is for -m bpe and wordpiece");
       bool json_out = o.output.size() > 5 && o.output.substr(o.output.size() - 5) == ".json";
+      if (app.count("--dropout") && o.model == "unigram")
+        throw cli::UsageError("--dropout is for BPE models; a unigram model samples at encoding time (tok-encode "
+                              "--sample --alpha A)");
+      if (app.count("--dropout") && !json_out)
+        throw cli::UsageError("a SentencePiece .model has no dropout field (spm samples at encoding time): write a "
+                              "*.json, or use tok-encode --sample --dropout P with the .model");
       if (!json_out && (o.output.size() < 7 || o.output.substr(o.output.size() - 6) != ".model"))
         throw cli::UsageError(o.model + " writes a SentencePiece model (*.model)" +
                               " or an HF tokenizer.json (*.json)");
@@ -396,6 +412,7 @@ int main(int argc, char** argv) {
       throw cli::UsageError("--pre-tokenizer " + o.pre_tokenizer + " is for -m char-bpe");
     }
     if (wordpiece(o)) {
+      if (app.count("--dropout")) throw cli::UsageError("--dropout is for BPE models; WordPiece has no dropout");
       if (given_split) throw cli::UsageError("WordPiece uses the BERT split; --pre-tokenizer is for -m bpe and char-bpe");
       if (!o.initial_alphabet.empty()) throw cli::UsageError("--initial-alphabet bytes is for byte-level BPE");
       if (o.format != "hf") throw cli::UsageError("--format gpt2 is for byte-level BPE; name the output *.txt for a vocab.txt");
@@ -455,6 +472,7 @@ int main(int argc, char** argv) {
       cfg.prefix = o.prefix;
       cfg.suffix = o.suffix;
       cfg.normalization = how.norm;
+      cfg.dropout = o.dropout;
       LMP_ASSIGN(t, tok::train_char_bpe(counts, cfg, std::move(pre), rep, on_merge));
     } else {
       tok::BpeTrainerConfig cfg;
@@ -464,6 +482,7 @@ int main(int argc, char** argv) {
       if (o.limit_alphabet) cfg.limit_alphabet = o.limit_alphabet;
       if (o.max_token_length) cfg.max_token_length = o.max_token_length;
       cfg.initial_alphabet_bytes = o.initial_alphabet == "bytes";
+      cfg.dropout = o.dropout;
       LMP_ASSIGN(t, tok::train_bpe(counts, cfg, std::move(pre), rep, on_merge));
     }
     progress.done();

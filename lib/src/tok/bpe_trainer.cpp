@@ -413,6 +413,7 @@ Result<std::unique_ptr<Tokenizer>> train_bpe(const WordCountMap& counts, const B
 
   auto model = BpeModel::build(std::move(id_to_word), std::move(merges), false);
   if (!model.ok()) return std::move(model).error();
+  model.value().set_dropout(cfg.dropout);
   std::string pre_name(pre ? pre->name() : "none");
   TokenizerInfo info{"", "tokenizer.json", pre_name};
   return std::make_unique<Tokenizer>(std::move(model).value(), std::move(pre), Normalization::none, false,

@@ -138,6 +138,7 @@ Result<std::unique_ptr<Tokenizer>> train_char_bpe(const WordCountMap& counts, co
   if (!built.ok()) return std::move(built).error();
   auto bpe = std::make_unique<BpeModel>(std::move(built).value());
   bpe->set_char_level(unk, false, false);
+  bpe->set_dropout(cfg.dropout);
   LMP_TRY(bpe->set_end_of_word_suffix(cfg.suffix));
 
   TokenizerSpec spec;

@@ -259,7 +259,9 @@ std::string hf_sp_json_head(const std::vector<Piece>& pieces, const SpBpeTrainer
 std::string hf_sp_bpe_json(const std::vector<Piece>& pieces, const SpBpeTrainerConfig& cfg) {
   auto str = [](std::string& o, std::string_view s) { json::append_string(o, s); };
   std::string o = hf_sp_json_head(pieces, cfg);
-  o += R"("model":{"type":"BPE","dropout":null,"unk_token":"<unk>","continuing_subword_prefix":null,"end_of_word_suffix":null,)";
+  o += R"("model":{"type":"BPE","dropout":)";
+  o += cfg.dropout > 0 ? fmt::format("{}", cfg.dropout) : std::string("null");
+  o += R"(,"unk_token":"<unk>","continuing_subword_prefix":null,"end_of_word_suffix":null,)";
   o += fmt::format(R"("fuse_unk":true,"byte_fallback":{},"ignore_merges":false,"vocab":{{)", cfg.byte_fallback);
   std::unordered_map<std::string_view, std::size_t> id_of;
   for (std::size_t i = 0; i < pieces.size(); ++i) {

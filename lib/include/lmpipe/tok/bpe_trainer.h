@@ -68,6 +68,7 @@ struct BpeTrainerConfig {
   std::optional<std::size_t> limit_alphabet;
   bool initial_alphabet_bytes = false;  // all 256 bytes in the alphabet
   std::optional<std::size_t> max_token_length;
+  double dropout = 0;  // written into the model (HF's BPE `dropout`): tok-encode draws with it
 };
 
 enum class StopReason { vocab_full, min_frequency, no_pairs };
@@ -111,6 +112,7 @@ struct CharBpeTrainerConfig {
   std::optional<std::size_t> max_token_length;  // characters, affixes not counted
   std::string prefix, suffix;                   // continuing_subword_prefix, end_of_word_suffix
   std::optional<text::BertNormalization> normalization;  // what the words were counted with
+  double dropout = 0;                                     // written into the model, as BpeTrainerConfig's
 };
 Result<std::unique_ptr<Tokenizer>> train_char_bpe(const WordCountMap& counts, const CharBpeTrainerConfig& cfg,
                                                   std::unique_ptr<PreTokenizer> pre, TrainReport& report,

@@ -36,6 +36,7 @@ struct SpBpeTrainerConfig {
   std::size_t max_piece_chars = 16;
   std::vector<std::string> user_defined;  // pieces matched whole in the text, never trained into
   std::vector<std::string> control;       // pieces with ids but never in text (like <s>)
+  double dropout = 0;                     // BPE into a tokenizer.json: its `dropout` (a .model has none)
 };
 
 struct SpTrainReport : TrainReport {
