@@ -33,6 +33,7 @@ struct Options {
   int threads = 0;  // 0: cli::default_threads(), or 1 with --sample
   std::size_t nbest = 0;
   double alpha = 0.1;    // --sample, unigram
+  int nbest_size = -1;   // --sample, unigram: draw among all segmentations (< 0) or the N best
   double dropout = 0.1;  // --sample, BPE (the tokenizer.json's own when it sets one)
   std::uint64_t seed = 1;
 };
@@ -204,7 +205,7 @@ Status encode_all(const tok::Tokenizer& t, const Options& o, cli::Output* out, t
   std::vector<std::unique_ptr<Worker>> workers;
   for (int i = 0; i < o.threads; ++i) {
     workers.push_back(std::make_unique<Worker>(t, o.seed));
-    if (o.sample) workers.back()->session.sample(&workers.back()->rng, o.dropout, o.alpha);
+    if (o.sample) workers.back()->session.sample(&workers.back()->rng, o.dropout, o.alpha, o.nbest_size);
   }
   for (const auto& file : o.files) {
     char last = o.delim;  // the input's last byte
@@ -350,6 +351,10 @@ int main(int argc, char** argv) {
                "probability ∝ exp(alpha · score), BPE models by BPE-dropout");
   app.add_option("--alpha", o.alpha, "with --sample, unigram: the smoothing exponent (0.1; 0 = uniform over segmentations)")
       ->check(cli::Range(0.0, 100.0));
+  app.add_option("--nbest-size", o.nbest_size,
+                 "with --sample, unigram: draw among the N best segmentations (spm_encode's --nbest_size: -1, the "
+                 "default, draws among all of them; 0 or 1 gives the best one; at most 512)")
+      ->check(cli::Range(-1, 512));
   app.add_option("--dropout", o.dropout,
                  "with --sample, BPE: the probability of skipping each merge (the tokenizer.json's dropout, else 0.1; "
                  "spm_encode calls it --alpha for BPE models)")
@@ -374,6 +379,7 @@ int main(int argc, char** argv) {
       "  tok-encode -t tok.json -f npy corpus.txt -o corpus.npy\n"
       "  echo 'Hello, world!' | tok-encode -t bert-base-uncased/vocab.txt --add-special --pieces\n"
       "  tok-encode -t gpt2/tokenizer.json --sample --dropout 0.1 --seed 7 train.txt   # BPE-dropout\n"
+      "  tok-encode -t t5.model --sample --nbest-size 64 --alpha 0.1 train.txt  # Kudo (2018)'s l=64\n"
       "  echo 'Ünïcode ﬁne' | tok-encode -t bert-base-uncased/tokenizer.json --offsets"};
 
   return cli::run_tool(spec, app, argc, argv, [&]() -> Status {
@@ -416,8 +422,8 @@ int main(int argc, char** argv) {
     if (o.nbest && o.sample) throw cli::UsageError("--nbest and --sample: one or the other");
     if ((o.nbest || o.sample) && o.decode) throw cli::UsageError("--nbest and --sample encode: not with --decode");
     if (o.nbest && o.stats) throw cli::UsageError("--nbest writes several segmentations: not with --stats");
-    if (!o.sample && (app.count("--alpha") || app.count("--dropout") || app.count("--seed")))
-      throw cli::UsageError("--alpha, --dropout and --seed go with --sample");
+    if (!o.sample && (app.count("--alpha") || app.count("--dropout") || app.count("--seed") || app.count("--nbest-size")))
+      throw cli::UsageError("--alpha, --nbest-size, --dropout and --seed go with --sample");
     const auto* sp = t->model().type() == tok::ModelType::sentencepiece
                          ? static_cast<const tok::SentencePieceModel*>(&t->model())
                          : nullptr;
@@ -433,6 +439,8 @@ int main(int argc, char** argv) {
                           o.tokenizer);
       if (unigram && app.count("--dropout"))
         throw cli::UsageError("--dropout is for BPE models; a unigram model samples with --alpha");
+      if (!unigram && app.count("--nbest-size"))
+        throw cli::UsageError("--nbest-size is for unigram models; a BPE model samples by BPE-dropout (--dropout P)");
       if (!unigram && app.count("--alpha"))
         throw cli::UsageError("a BPE model samples by BPE-dropout: --dropout P (spm_encode's --alpha for BPE models)");
       if (!app.count("--dropout") && t->bpe() && t->bpe()->dropout() > 0) o.dropout = t->bpe()->dropout();

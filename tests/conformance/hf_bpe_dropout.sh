@@ -9,7 +9,8 @@
 # and character-level BPE and SentencePiece BPE trained here, and with the reference data
 # GPT-2's, Llama-3's (ignore_merges) and Mistral's tokenizer.json. A SentencePiece BPE
 # trained once and written both ways shows that the comparison can fail: its .model and
-# its tokenizer.json sample far apart. Unigram sampling (--alpha) against spm_encode too.
+# its tokenizer.json sample far apart. Unigram sampling (--alpha, --nbest-size) against
+# spm_encode too.
 # Needs node and @anush008/tokenizers (scripts/test installs them); skips without them.
 . "$(dirname "$0")/common.inc"
 require_node_peers
@@ -128,6 +129,30 @@ if command -v spm_encode >/dev/null; then
     judge "unigram .model, alpha $p, spm_encode" "$work/ours" "$work/spm1" "$work/spm2"
     judge "unigram tokenizer.json, alpha $p, spm_encode on the .model" "$work/ours_json" "$work/spm1" "$work/spm2"
   done
+  # Draws among the n best (--nbest-size, spm's nbest_size). Debian's spm_encode (0.1.97)
+  # weighs the n best by exp(alpha · score) in single precision, which is 0 for every one
+  # of them once alpha · score < -103 (a line of 35 tokens at alpha 0.5), and then always
+  # puts out the best; current SentencePiece normalizes in the log domain, as lmpipe does.
+  # So alpha 0.1 on whole lines, and alpha 0.5 on lines cut to 40 bytes, where the
+  # weights are exact.
+  spm_nbest() {  # spm_nbest ALPHA N TEXT
+    spm_encode --model="$work/u.model" --output_format=sample_id --alpha=$1 --nbest_size=$2 --random_seed=1 <"$3" >"$work/spm1" &&
+      spm_encode --model="$work/u.model" --output_format=sample_id --alpha=$1 --nbest_size=$2 --random_seed=2 <"$3" >"$work/spm2" || fail=1
+  }
+  spm_nbest 0.1 64 "$work/rep.txt"
+  "$bin/tok-encode" -t "$work/u.model" --sample --nbest-size 64 --alpha 0.1 --seed 3 "$work/rep.txt" >"$work/ours" || fail=1
+  judge "unigram .model, the 64 best, alpha 0.1, spm_encode" "$work/ours" "$work/spm1" "$work/spm2"
+  "$bin/tok-encode" -t "$work/u.json" --sample --nbest-size 64 --alpha 0.1 --seed 4 "$work/rep.txt" >"$work/ours" || fail=1
+  judge "unigram tokenizer.json, the 64 best, alpha 0.1, spm_encode on the .model" "$work/ours" "$work/spm1" "$work/spm2"
+  "$bin/tok-encode" -t "$work/u.model" --sample --nbest-size 2 --alpha 0.1 --seed 3 "$work/rep.txt" >"$work/ours" || fail=1
+  judge "the 2 best are far from spm_encode's 64 best" "$work/ours" "$work/spm1" "$work/spm2" far
+  "$bin/tok-encode" -t "$work/u.model" --sample --alpha 0.1 --seed 3 "$work/rep.txt" >"$work/ours" || fail=1
+  judge "all segmentations are far from spm_encode's 64 best" "$work/ours" "$work/spm1" "$work/spm2" far
+  LC_ALL=C cut -c1-40 "$work/text.txt" >"$work/short.txt"
+  repeat "$work/short.txt" $reps "$work/srep.txt"
+  spm_nbest 0.5 64 "$work/srep.txt"
+  "$bin/tok-encode" -t "$work/u.model" --sample --nbest-size 64 --alpha 0.5 --seed 3 "$work/srep.txt" >"$work/ours" || fail=1
+  judge "unigram .model, the 64 best, alpha 0.5, lines of 40 bytes, spm_encode" "$work/ours" "$work/spm1" "$work/spm2"
 else
   echo "note: spm_encode not found (Debian package sentencepiece): SentencePiece comparisons not run"
 fi

@@ -224,6 +224,65 @@ TEST_CASE("SentencePiece unigram: n-best and sampled segmentations", "[tok][spm]
   CHECK(seen.size() == nb.size());
 }
 
+TEST_CASE("SentencePiece unigram: draws among the n best (spm's nbest_size) have exact probabilities",
+          "[tok][spm][property]") {
+  std::vector<P> pieces = {{"<unk>", 0, 2}, {S + "a", -1, 1},  {S + "ab", -1.5f, 1}, {"b", -2, 1},
+                           {"ab", -2.5f, 1}, {"a", -3, 1},     {S, -4, 1},           {S + "abab", -2, 1}};
+  auto m = SentencePieceModel::parse(model_proto(pieces, 1, false, true), "u.model");
+  REQUIRE(m.ok());
+  ModelScratch s;
+  std::vector<std::vector<TokenId>> all;
+  m->nbest("abab", 100, all, s);  // every segmentation, best first
+  REQUIRE(all.size() >= 4);
+  auto score = [&](const std::vector<TokenId>& ids) {
+    double t = 0;
+    for (TokenId id : ids) t += static_cast<double>(m->score(id));
+    return t;
+  };
+  // Draw `n` times with this nbest_size and alpha; each segmentation's frequency is within
+  // 5 standard deviations of exp(alpha · score) over the n best (or over all, nbest < 0).
+  auto check = [&](int nbest, double alpha, std::uint64_t seed) {
+    std::size_t kept = nbest < 0 ? all.size() : std::min<std::size_t>(static_cast<std::size_t>(nbest), all.size());
+    double z = 0;
+    for (std::size_t k = 0; k < kept; ++k) z += std::exp(alpha * score(all[k]));
+    std::map<std::vector<TokenId>, int> seen;
+    Rng rng(seed);
+    const int n = 20000;
+    std::vector<TokenId> x;
+    for (int i = 0; i < n; ++i) {
+      x.clear();
+      s.bpe.sampling = {&rng, 0, alpha, nbest};
+      m->encode("abab", x, s);
+      s.bpe.sampling = {};
+      ++seen[x];
+    }
+    int counted = 0;
+    for (std::size_t k = 0; k < kept; ++k) {
+      double p = std::exp(alpha * score(all[k])) / z;
+      double sd = std::sqrt(n * p * (1 - p));
+      INFO("nbest " << nbest << " alpha " << alpha << " segmentation " << k << " p " << p);
+      CHECK(std::abs(seen[all[k]] - n * p) <= 5 * sd + 1);
+      counted += seen[all[k]];
+    }
+    CHECK(counted == n);  // nothing outside the n best
+  };
+  check(2, 1.0, 3);
+  check(3, 0.5, 4);
+  check(100, 0.3, 5);  // more than there are: all of them, as the full lattice
+  check(-1, 0.3, 6);
+  // nbest_size 0 and 1: the best segmentation, every time.
+  for (int nbest : {0, 1}) {
+    Rng rng(9);
+    for (int i = 0; i < 50; ++i) {
+      std::vector<TokenId> x;
+      s.bpe.sampling = {&rng, 0, 0.0, nbest};
+      m->encode("abab", x, s);
+      s.bpe.sampling = {};
+      CHECK(x == all[0]);
+    }
+  }
+}
+
 #include "lmpipe/tok/sp_charsmap.h"
 
 TEST_CASE("NFKC character map: every character mapped alone", "[tok][spm][charsmap]") {

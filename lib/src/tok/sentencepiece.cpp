@@ -697,8 +697,10 @@ void SentencePieceModel::encode_normalized(std::string_view text, std::vector<To
   auto& pieces = s.sp_pieces;
   pieces.clear();
   const Sampling& drawn = s.bpe.sampling;
-  if (drawn.rng) {  // subword regularization: no word cache
-    if (kind_ == Kind::unigram) sample(text, drawn.alpha, *drawn.rng, pieces);
+  // (a unigram draw from the 1 best, spm's nbest_size 0 or 1, is the best segmentation)
+  if (drawn.rng && !(kind_ == Kind::unigram && (drawn.nbest == 0 || drawn.nbest == 1))) {
+    // subword regularization: no word cache
+    if (kind_ == Kind::unigram) sample(text, drawn.alpha, drawn.nbest, *drawn.rng, pieces);
     else bpe(text, pieces, s);
   } else if (hf_) {
     unigram_hf(text, pieces);
@@ -932,14 +934,11 @@ void SentencePieceModel::lattice(std::string_view text, std::vector<LatticeEdge>
       });
 }
 
-void SentencePieceModel::nbest(std::string_view raw, std::size_t n, std::vector<std::vector<TokenId>>& out,
-                               ModelScratch& s) const {
-  out.clear();
-  norm_.normalize(raw, s.sp_text);
-  std::string_view text = s.sp_text;
+std::vector<SentencePieceModel::Path> SentencePieceModel::nbest_paths(std::string_view text, std::size_t n) const {
+  std::vector<Path> paths;
   if (text.empty() || n == 0) {
-    out.emplace_back();
-    return;
+    paths.emplace_back();
+    return paths;
   }
   std::vector<LatticeEdge> edges;
   lattice(text, edges);
@@ -968,26 +967,53 @@ void SentencePieceModel::nbest(std::string_view raw, std::size_t n, std::vector<
                       });
     best[e].assign(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(keep));
   }
-  std::vector<std::pair<std::string_view, TokenId>> pieces;
   for (std::uint32_t r = 0; r < best[text.size()].size(); ++r) {
-    pieces.clear();
+    Path& path = paths.emplace_back();
+    path.score = best[text.size()][r].score;
     std::size_t e = text.size();
     std::uint32_t rank = r;
     while (e > 0) {
       const Partial& p = best[e][rank];
       const LatticeEdge& x = edges[p.edge];
-      pieces.emplace_back(text.substr(x.start, x.end - x.start), x.id);
+      path.pieces.emplace_back(text.substr(x.start, x.end - x.start), x.id);
       rank = p.back;
       e = x.start;
     }
-    std::reverse(pieces.begin(), pieces.end());
+    std::reverse(path.pieces.begin(), path.pieces.end());
+  }
+  return paths;
+}
+
+void SentencePieceModel::nbest(std::string_view raw, std::size_t n, std::vector<std::vector<TokenId>>& out,
+                               ModelScratch& s) const {
+  out.clear();
+  norm_.normalize(raw, s.sp_text);
+  for (const Path& path : nbest_paths(s.sp_text, n)) {
     out.emplace_back();
-    emit(pieces, out.back(), s);
+    emit(path.pieces, out.back(), s);
   }
 }
 
-void SentencePieceModel::sample(std::string_view text, double alpha, Rng& rng,
+void SentencePieceModel::sample(std::string_view text, double alpha, int nbest, Rng& rng,
                                 std::vector<std::pair<std::string_view, TokenId>>& pieces) const {
+  if (nbest > 1) {
+    // spm's SampleEncode with nbest_size > 1: one of the n best, with probability
+    // ∝ exp(alpha · score), the weights taken relative to the best (spm's absolute
+    // exp underflows to all zeros on long lines; the ratios are the same).
+    std::vector<Path> paths = nbest_paths(text, static_cast<std::size_t>(nbest));
+    std::vector<double> weight(paths.size());
+    double total = 0;
+    for (std::size_t r = 0; r < paths.size(); ++r) total += weight[r] = std::exp(alpha * (paths[r].score - paths[0].score));
+    double u = rng.uniform() * total, acc = 0;
+    std::size_t pick = paths.size() - 1;
+    for (std::size_t r = 0; r < paths.size(); ++r)
+      if (u < (acc += weight[r])) {
+        pick = r;
+        break;
+      }
+    pieces.insert(pieces.end(), paths[pick].pieces.begin(), paths[pick].pieces.end());
+    return;
+  }
   std::vector<LatticeEdge> edges;
   lattice(text, edges);
   // Forward: log of the summed weight of all paths to each position.

@@ -13,12 +13,14 @@ namespace lmp::tok {
 // Subword regularization (tok-encode --sample), set on a Session: with `rng` set, a BPE
 // model skips each merge with probability `dropout` (BPE-dropout, in the semantics of the
 // file's own library: HF's for tokenizer.json, SentencePiece's for .model files) and a
-// unigram model draws a segmentation with probability ∝ exp(alpha · score). Piece caches
-// are bypassed then.
+// unigram model draws a segmentation with probability ∝ exp(alpha · score), from all of
+// them when `nbest` < 0, from the `nbest` best when it is over 1 (the best one at 0 or 1:
+// spm's nbest_size). Piece caches are bypassed then.
 struct Sampling {
   Rng* rng = nullptr;
   double dropout = 0;
   double alpha = 0;
+  int nbest = -1;
 };
 
 // Per-thread working memory for BpeModel::encode.

@@ -75,7 +75,8 @@ class SentencePieceModel final : public Model {
   // Encode text normalized already (by normalizer(), or for HF models by the Tokenizer).
   // With s.bpe.sampling set: unigram draws one segmentation with probability
   // ∝ exp(alpha · score) (subword regularization, by forward filtering and backward
-  // sampling); BPE drops each merge with probability dropout, as spm's SampleEncode.
+  // sampling; from the s.bpe.sampling.nbest best when that is over 1, the best at 0 or 1);
+  // BPE drops each merge with probability dropout, as spm's SampleEncode.
   void encode_normalized(std::string_view text, std::vector<TokenId>& out, ModelScratch& s) const;
   std::size_t vocab_size() const override { return pieces_.size(); }
   std::string_view token_text(TokenId id) const override {
@@ -118,8 +119,18 @@ class SentencePieceModel final : public Model {
   void unigram(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out,
                std::vector<SpBest>& best) const;
   void bpe(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out, ModelScratch& s) const;
-  // Unigram: one segmentation of normalized text drawn with probability ∝ exp(alpha · score).
-  void sample(std::string_view text, double alpha, Rng& rng, std::vector<std::pair<std::string_view, TokenId>>& pieces) const;
+  // Unigram: one segmentation of normalized text drawn with probability ∝ exp(alpha · score):
+  // from all of them (nbest < 0, forward filtering and backward sampling) or from the
+  // `nbest` best (nbest > 1), as spm's SampleEncode with that nbest_size.
+  void sample(std::string_view text, double alpha, int nbest, Rng& rng,
+              std::vector<std::pair<std::string_view, TokenId>>& pieces) const;
+  // Unigram: the n best segmentations of normalized text, best first (fewer when it has
+  // fewer), with their scores (the sums of their pieces' scores).
+  struct Path {
+    double score = 0;
+    std::vector<std::pair<std::string_view, TokenId>> pieces;
+  };
+  std::vector<Path> nbest_paths(std::string_view text, std::size_t n) const;
   std::size_t match_user_defined(std::string_view s) const;  // bytes of the longest one at s, or 0
 
   Kind kind_ = Kind::unigram;

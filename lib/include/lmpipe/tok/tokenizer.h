@@ -126,9 +126,12 @@ class Session {
   // When set, encode() appends one record per pre-token of the line.
   std::vector<PieceCount>* pieces = nullptr;
   // Subword regularization from now on (tok-encode --sample): BPE models skip each merge
-  // with probability `dropout`, unigram models draw with probability ∝ exp(alpha · score),
-  // from `rng` (which must outlive the Session's use of it); nullptr turns it off.
-  void sample(Rng* rng, double dropout, double alpha) { scratch_.bpe.sampling = {rng, dropout, alpha}; }
+  // with probability `dropout`, unigram models draw with probability ∝ exp(alpha · score)
+  // among all segmentations (nbest < 0) or the nbest best (spm's nbest_size), from `rng`
+  // (which must outlive the Session's use of it); nullptr turns it off.
+  void sample(Rng* rng, double dropout, double alpha, int nbest = -1) {
+    scratch_.bpe.sampling = {rng, dropout, alpha, nbest};
+  }
 
  private:
   friend class Tokenizer;
