@@ -98,6 +98,12 @@ fi
 
 "$bin/tok-train" -q --vocab-size 3000 -o "$work/bpe.json" "$corpus" || fail=1
 hf_check "byte-level BPE trained here" "$work/bpe.json" "$work/text.txt" $reps
+# tok-train --dropout writes the dropout into the file: HF draws with it, and so does
+# tok-encode --sample without --dropout.
+"$bin/tok-train" -q --vocab-size 3000 --dropout 0.5 -o "$work/bpe_d.json" "$corpus" || fail=1
+"$bin/tok-encode" -t "$work/bpe_d.json" --sample --seed 5 "$work/rep.txt" >"$work/ours" || fail=1
+node "$js" "$work/bpe_d.json" "$work/rep.txt" >"$work/hf1" && node "$js" "$work/bpe_d.json" "$work/rep.txt" >"$work/hf2" || fail=1
+judge "byte-level BPE trained with --dropout 0.5, the file's own dropout, HF tokenizers" "$work/ours" "$work/hf1" "$work/hf2"
 "$bin/tok-train" -q -m char-bpe --vocab-size 3000 --prefix '##' -o "$work/char.json" "$corpus" || fail=1
 hf_check "character-level BPE, ## and </w>" "$work/char.json" "$work/text.txt" $reps
 "$bin/tok-train" -q -m sp-bpe --vocab-size 3000 -o "$work/sp.json" "$corpus" || fail=1
