@@ -74,13 +74,13 @@ inline void exercise(const tok::Tokenizer& t, std::string_view input) {
     if (with != plain) std::abort();
     check_spans(spans, with.size(), text);
   }
-  // Sampling (BPE-dropout, unigram draws): ids in the vocabulary, spans in order; a
+  // Sampling (BPE-dropout, unigram draws among all segmentations or the n best): ids in the vocabulary, spans in order; a
   // byte-level BPE decodes a draw to the text of the best segmentation, unless a byte
   // had no token of its own (the best segmentation may hold it in a whole-piece token).
   if (t.model().type() != tok::ModelType::wordpiece) {
     Rng rng(input.size());
     tok::Session d(t);
-    d.sample(&rng, 0.3, 0.2);
+    d.sample(&rng, 0.3, 0.2, input.size() % 3 == 0 ? 8 : -1);  // unigram: every third input among the 8 best
     const std::string_view text = input.substr(0, 256);
     std::vector<TokenId> drawn, best;
     std::vector<tok::Range> spans;
