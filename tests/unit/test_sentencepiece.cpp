@@ -167,10 +167,14 @@ TEST_CASE("SentencePiece: malformed model files give located errors", "[tok][spm
   CHECK_THAT(fb.error().message, Catch::Contains("<0x00>"));
 }
 
+// A unigram vocabulary over "abab" with many segmentations of distinct scores.
+std::vector<P> abab_pieces() {
+  return {{"<unk>", 0, 2}, {S + "a", -1, 1}, {S + "ab", -1.5f, 1}, {"b", -2, 1},
+          {"ab", -2.5f, 1}, {"a", -3, 1},    {S, -4, 1},           {S + "abab", -2, 1}};
+}
+
 TEST_CASE("SentencePiece unigram: n-best and sampled segmentations", "[tok][spm][property]") {
-  std::vector<P> pieces = {{"<unk>", 0, 2}, {S + "a", -1, 1},  {S + "ab", -1.5f, 1}, {"b", -2, 1},
-                           {"ab", -2.5f, 1}, {"a", -3, 1},     {S, -4, 1},           {S + "abab", -2, 1}};
-  auto m = SentencePieceModel::parse(model_proto(pieces, 1, false, true), "u.model");
+  auto m = SentencePieceModel::parse(model_proto(abab_pieces(), 1, false, true), "u.model");
   REQUIRE(m.ok());
   ModelScratch s;
   std::vector<std::vector<TokenId>> nb;
@@ -226,9 +230,7 @@ TEST_CASE("SentencePiece unigram: n-best and sampled segmentations", "[tok][spm]
 
 TEST_CASE("SentencePiece unigram: draws among the n best (spm's nbest_size) have exact probabilities",
           "[tok][spm][property]") {
-  std::vector<P> pieces = {{"<unk>", 0, 2}, {S + "a", -1, 1},  {S + "ab", -1.5f, 1}, {"b", -2, 1},
-                           {"ab", -2.5f, 1}, {"a", -3, 1},     {S, -4, 1},           {S + "abab", -2, 1}};
-  auto m = SentencePieceModel::parse(model_proto(pieces, 1, false, true), "u.model");
+  auto m = SentencePieceModel::parse(model_proto(abab_pieces(), 1, false, true), "u.model");
   REQUIRE(m.ok());
   ModelScratch s;
   std::vector<std::vector<TokenId>> all;
