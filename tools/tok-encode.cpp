@@ -52,8 +52,7 @@ std::string piece_text(const tok::Tokenizer& t, TokenId id) { return t.token_str
 struct Worker {
   Worker(const tok::Tokenizer& t, std::uint64_t seed) : session(t), rng(seed) {}
   tok::Session session;
-  tok::ModelScratch sp;                      // --nbest
-  std::vector<std::vector<TokenId>> alternatives;
+  std::vector<tok::SentencePieceModel::Segmentation> alternatives;  // --nbest
   Rng rng;
   std::vector<TokenId> ids;
   std::vector<tok::Range> spans;  // --offsets
@@ -98,11 +97,14 @@ void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view sl
     w.ids.clear();
     w.pieces.clear();
     std::uint64_t dropped = w.session.dropped_bytes(), unknown = w.session.unknown_words();
-    if (o.nbest) {  // unigram SentencePiece .model files (checked before)
-      const auto& sp = static_cast<const tok::SentencePieceModel&>(t.model());
-      sp.nbest(line, o.nbest, w.alternatives, w.sp);
-      for (auto& ids : w.alternatives) {
-        if (o.add_special) ids.insert(ids.begin(), t.template_prefix().begin(), t.template_prefix().end());
+    if (o.nbest) {  // unigram models (checked before)
+      Status st = t.nbest(line, o.nbest, w.alternatives, w.session, !o.no_special);
+      LMP_ASSERT(st.ok(), "{}", st.error().message);
+      for (auto& [score, ids] : w.alternatives) {
+        if (o.add_special) {
+          ids.insert(ids.begin(), t.template_prefix().begin(), t.template_prefix().end());
+          ids.insert(ids.end(), t.template_suffix().begin(), t.template_suffix().end());
+        }
         if (o.format == "npy") {
           npy::append_i32(out, ids.data(), ids.size());
           continue;
@@ -112,7 +114,7 @@ void encode_slice(const tok::Tokenizer& t, const Options& o, std::string_view sl
           if (o.pieces) out += piece_text(t, ids[k]);
           else append_id(out, ids[k]);
         }
-        if (terminated || &ids != &w.alternatives.back()) out += '\n';
+        if (terminated || &ids != &w.alternatives.back().ids) out += '\n';
       }
       continue;
     }
@@ -344,7 +346,7 @@ int main(int argc, char** argv) {
                "add the tokenizer's sequence template ([CLS] ... [SEP] for BERT); default: none, like spm_encode");
   app.add_flag("--lowercase", o.lowercase, "BERT vocab.txt: lowercase and strip accents (default: guessed from the vocabulary)");
   app.add_flag("--no-lowercase", o.no_lowercase, "BERT vocab.txt: keep case and accents");
-  app.add_option("--nbest", o.nbest, "unigram .model: the N best segmentations of each line, N lines each, best first")
+  app.add_option("--nbest", o.nbest, "unigram models: the N best segmentations of each line, N lines each, best first")
       ->check(cli::Range(std::size_t{1}, std::size_t{1024}));
   app.add_flag("--sample", o.sample,
                "draw a segmentation instead of the best one (subword regularization): unigram models with "
@@ -428,8 +430,9 @@ int main(int argc, char** argv) {
                          ? static_cast<const tok::SentencePieceModel*>(&t->model())
                          : nullptr;
     const bool unigram = sp && sp->kind() == tok::SentencePieceModel::Kind::unigram;
-    if (o.nbest && (!unigram || sp->hf()))
-      return make_error(Errc::invalid_argument, "{}: --nbest needs a unigram SentencePiece .model file",
+    if (o.nbest && !unigram)
+      return make_error(Errc::invalid_argument,
+                        "{}: --nbest needs a unigram model (a SentencePiece .model or an HF Unigram tokenizer.json)",
                         o.tokenizer);
     if (o.sample) {
       if (t->model().type() == tok::ModelType::wordpiece)

@@ -177,9 +177,11 @@ TEST_CASE("SentencePiece unigram: n-best and sampled segmentations", "[tok][spm]
   auto m = SentencePieceModel::parse(model_proto(abab_pieces(), 1, false, true), "u.model");
   REQUIRE(m.ok());
   ModelScratch s;
+  std::vector<SentencePieceModel::Segmentation> segs;
+  m->nbest("abab", 50, segs, s);
+  REQUIRE(segs.size() >= 4);
   std::vector<std::vector<TokenId>> nb;
-  m->nbest("abab", 50, nb, s);
-  REQUIRE(nb.size() >= 4);
+  for (const auto& x : segs) nb.push_back(x.ids);
   // Best first, and the first is the Viterbi path.
   std::vector<TokenId> viterbi;
   m->encode("abab", viterbi, s);
@@ -190,6 +192,7 @@ TEST_CASE("SentencePiece unigram: n-best and sampled segmentations", "[tok][spm]
     return t;
   };
   for (std::size_t k = 1; k < nb.size(); ++k) CHECK(total(nb[k - 1]) >= total(nb[k]));
+  for (const auto& x : segs) CHECK(x.score == Approx(total(x.ids)));
   // Every segmentation is distinct and spells the text.
   for (std::size_t k = 0; k < nb.size(); ++k) {
     std::string back;
@@ -233,8 +236,10 @@ TEST_CASE("SentencePiece unigram: draws among the n best (spm's nbest_size) have
   auto m = SentencePieceModel::parse(model_proto(abab_pieces(), 1, false, true), "u.model");
   REQUIRE(m.ok());
   ModelScratch s;
+  std::vector<SentencePieceModel::Segmentation> segs;
+  m->nbest("abab", 100, segs, s);  // every segmentation, best first
   std::vector<std::vector<TokenId>> all;
-  m->nbest("abab", 100, all, s);  // every segmentation, best first
+  for (const auto& x : segs) all.push_back(x.ids);
   REQUIRE(all.size() >= 4);
   auto score = [&](const std::vector<TokenId>& ids) {
     double t = 0;

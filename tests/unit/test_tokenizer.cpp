@@ -2,7 +2,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <unistd.h>
@@ -856,4 +858,78 @@ TEST_CASE("tokenizer.json: HF's character-class pre-tokenizers load, and bad for
              Catch::Contains("add_prefix_space after another pre-tokenizer"));
   CHECK_THAT(err(R"({"type":"Sequence","pretokenizers":[)" + bl + "," + bl + "]}"),
              Catch::Contains("a second ByteLevel"));
+}
+
+namespace {
+// A unigram tokenizer.json over a and b with many segmentations per word, an added token
+// <sep>, and either a Metaspace pre-tokenizer that splits words (`split`) or none, the ▁
+// put in by normalizers (the whole line is one lattice, as spm sees it). No piece has ▁
+// inside, so both forms have the same segmentations.
+std::string ab_unigram_json(bool split) {
+  const std::string vocab =
+      R"(["<unk>",0.0],["▁",-4.0],["a",-3.0],["b",-2.0],["ab",-2.5],["▁a",-1.0],["▁ab",-1.5],["▁abab",-2.0],)"
+      R"(["ba",-2.25],["aab",-3.5],["▁b",-2.75],["bab",-3.25])";
+  const std::string pre =
+      split ? R"({"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":true})" : "null";
+  const std::string norm = split ? "null"
+                                 : R"({"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"▁"},)"
+                                   R"({"type":"Replace","pattern":{"String":" "},"content":"▁"}]})";
+  return R"({"version":"1.0","added_tokens":[{"id":12,"content":"<sep>","single_word":false,"lstrip":false,)"
+         R"("rstrip":false,"normalized":false,"special":true}],"normalizer":)" +
+         norm + R"(,"pre_tokenizer":)" + pre + R"(,"post_processor":null,"decoder":null,)"
+         R"("model":{"type":"Unigram","unk_id":0,"byte_fallback":false,"vocab":[)" + vocab + "]}}";
+}
+}  // namespace
+
+TEST_CASE("Unigram n best: words combined by score equal the whole line's lattice", "[tok][spm][property]") {
+  auto split = load_tokenizer_json(ab_unigram_json(true), "split.json");
+  auto whole = load_tokenizer_json(ab_unigram_json(false), "whole.json");
+  REQUIRE(split.ok());
+  REQUIRE(whole.ok());
+  Session ss(*split.value()), sw(*whole.value());
+  const char* words[] = {"a", "b", "ab", "aab", "abab", "ba", "bab", "abba"};
+  std::mt19937 rng(31);
+  std::vector<SentencePieceModel::Segmentation> a, b, all;
+  for (int round = 0; round < 300; ++round) {
+    std::string text;
+    int n_words = 1 + static_cast<int>(rng() % 5);
+    for (int w = 0; w < n_words; ++w) {
+      if (w) text += rng() % 6 == 0 ? "<sep>" : " ";
+      text += words[rng() % 8];
+    }
+    const std::size_t n = 1 + rng() % 40;
+    INFO("text '" << text << "', n " << n);
+    REQUIRE(split.value()->nbest(text, n, a, ss).ok());
+    REQUIRE(whole.value()->nbest(text, n, b, sw).ok());
+    REQUIRE(whole.value()->nbest(text, 100000, all, sw).ok());  // every segmentation
+    REQUIRE(a.size() == std::min(n, all.size()));
+    REQUIRE(b.size() == a.size());
+    // The same scores rank by rank, best first; the first is the best segmentation.
+    for (std::size_t r = 0; r < a.size(); ++r) {
+      CHECK(a[r].score == Approx(b[r].score).margin(1e-9));
+      CHECK(a[r].score == Approx(all[r].score).margin(1e-9));
+      if (r) CHECK(a[r].score <= a[r - 1].score);
+    }
+    std::vector<TokenId> best;
+    split.value()->encode(text, best, ss);
+    CHECK(a[0].ids == best);
+    // Every segmentation is one of the whole line's, distinct, with its own score; those
+    // that differ from the lattice's own n best are tied at the last score.
+    std::map<std::vector<TokenId>, double> score_of;
+    for (const auto& x : all) score_of[x.ids] = x.score;
+    std::set<std::vector<TokenId>> mine, theirs;
+    for (const auto& x : a) {
+      REQUIRE(score_of.count(x.ids));
+      CHECK(score_of[x.ids] == Approx(x.score).margin(1e-9));
+      CHECK(mine.insert(x.ids).second);
+    }
+    for (const auto& x : b) theirs.insert(x.ids);
+    for (const auto& x : a)
+      if (!theirs.count(x.ids)) CHECK(x.score == Approx(a.back().score).margin(1e-9));
+  }
+  // Models without segmentations to choose from say so.
+  auto bpe = small_tokenizer("cl100k", false);
+  Session sb(*bpe);
+  CHECK(!bpe->nbest("ab", 3, a, sb).ok());
+  CHECK(!split.value()->nbest("ab", 0, a, ss).ok());
 }

@@ -984,13 +984,17 @@ std::vector<SentencePieceModel::Path> SentencePieceModel::nbest_paths(std::strin
   return paths;
 }
 
-void SentencePieceModel::nbest(std::string_view raw, std::size_t n, std::vector<std::vector<TokenId>>& out,
+void SentencePieceModel::nbest(std::string_view text, std::size_t n, std::vector<Segmentation>& out,
                                ModelScratch& s) const {
   out.clear();
-  norm_.normalize(raw, s.sp_text);
-  for (const Path& path : nbest_paths(s.sp_text, n)) {
-    out.emplace_back();
-    emit(path.pieces, out.back(), s);
+  if (!hf_) {
+    norm_.normalize(text, s.sp_text);
+    text = s.sp_text;
+  }
+  for (const Path& path : nbest_paths(text, n)) {
+    Segmentation& seg = out.emplace_back();
+    seg.score = path.score;
+    emit(path.pieces, seg.ids, s);
   }
 }
 

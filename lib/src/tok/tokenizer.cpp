@@ -302,6 +302,121 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<TokenId>& out, 
   std::copy(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(), e.ids);
 }
 
+// ---- The n best segmentations ------------------------------------------------------------
+
+namespace {
+
+using Segmentation = SentencePieceModel::Segmentation;
+
+// The combinations after one more part: the n best sums of a combination so far (`scores`,
+// best first) and one of the part's alternatives (best first), as (combination, alternative)
+// pairs, best first (`next`: their scores). Candidates come off a heap: (i, j + 1) after
+// (i, j), and (i + 1, 0) after (i, 0), so that each pair is seen once and never before a
+// better one. Equal sums: the lower combination, then the lower alternative, first.
+void combine(const std::vector<double>& scores, const std::vector<Segmentation>& part, std::size_t n,
+             std::vector<double>& next, std::vector<std::pair<std::uint32_t, std::uint32_t>>& back) {
+  struct Cand {
+    double score;
+    std::uint32_t i, j;
+  };
+  auto worse = [](const Cand& a, const Cand& b) {
+    if (a.score != b.score) return a.score < b.score;
+    return a.i != b.i ? a.i > b.i : a.j > b.j;
+  };
+  std::vector<Cand> heap{{scores[0] + part[0].score, 0, 0}};
+  next.clear();
+  back.clear();
+  while (next.size() < n && !heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), worse);
+    const Cand c = heap.back();
+    heap.pop_back();
+    next.push_back(c.score);
+    back.emplace_back(c.i, c.j);
+    if (c.j + 1 < part.size()) {
+      heap.push_back({scores[c.i] + part[c.j + 1].score, c.i, c.j + 1});
+      std::push_heap(heap.begin(), heap.end(), worse);
+    }
+    if (c.j == 0 && c.i + 1 < scores.size()) {
+      heap.push_back({scores[c.i + 1] + part[0].score, c.i + 1, 0});
+      std::push_heap(heap.begin(), heap.end(), worse);
+    }
+  }
+}
+
+}  // namespace
+
+Status Tokenizer::nbest(std::string_view text, std::size_t n, std::vector<Segmentation>& out, Session& s,
+                        bool parse_special) const {
+  out.clear();
+  const auto* sp = model_->type() == ModelType::sentencepiece ? static_cast<const SentencePieceModel*>(model_.get())
+                                                              : nullptr;
+  if (!sp || sp->kind() != SentencePieceModel::Kind::unigram)
+    return make_error(Errc::unsupported, "the n best segmentations need a unigram model");
+  if (n == 0) return make_error(Errc::invalid_argument, "the n best segmentations: n must be at least 1");
+  // The parts of the text in order, each with its alternatives, best first: a word's n
+  // best, or an added token (one).
+  std::vector<std::vector<Segmentation>> parts;
+  auto words = [&](std::string_view seg, bool at_start, bool normalized) {
+    if (seg.empty()) return;
+    std::string_view t = normalize_segment(seg, at_start, s, nullptr, normalized);
+    split_words(t, s);
+    for (const Range& r : s.ranges_) {
+      sp->nbest(t.substr(r.begin, r.end - r.begin), n, parts.emplace_back(), s.scratch_);
+      if (parts.back().empty()) parts.pop_back();
+    }
+  };
+  auto on_added = [&](const AddedToken& m, std::size_t, std::size_t) {
+    parts.emplace_back().push_back({0.0, {m.id}});
+  };
+  static const AddedSet kNone;
+  split_added(
+      parse_special ? raw_added_ : kNone, text,
+      [&](std::size_t b, std::size_t e) {
+        std::string_view seg = text.substr(b, e - b);
+        if (!parse_special || norm_added_.list.empty()) {
+          words(seg, b == 0, false);
+          return;
+        }
+        run_normalizer(seg, s.whole_, nullptr);
+        const std::string t = s.whole_;  // (normalize_segment may reuse the Session's buffers)
+        split_added(
+            norm_added_, t, [&](std::size_t nb, std::size_t ne) { words(std::string_view(t).substr(nb, ne - nb), b == 0 && nb == 0, true); },
+            on_added);
+      },
+      on_added);
+  // Combine part by part; a part with one alternative changes no ranks.
+  std::vector<double> scores{0.0}, next;
+  std::vector<std::vector<std::pair<std::uint32_t, std::uint32_t>>> back(parts.size());
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    if (parts[p].size() == 1) {
+      for (double& x : scores) x += parts[p][0].score;
+      continue;
+    }
+    combine(scores, parts[p], n, next, back[p]);
+    scores.swap(next);
+  }
+  // Each combination's alternatives, back from the last part, then its ids in order.
+  std::vector<std::uint32_t> alt(parts.size());
+  for (std::size_t r = 0; r < scores.size(); ++r) {
+    auto rank = static_cast<std::uint32_t>(r);
+    for (std::size_t p = parts.size(); p-- > 0;) {
+      if (parts[p].size() == 1) {
+        alt[p] = 0;
+        continue;
+      }
+      alt[p] = back[p][rank].second;
+      rank = back[p][rank].first;
+    }
+    Segmentation& seg = out.emplace_back();
+    seg.score = scores[r];
+    for (std::size_t p = 0; p < parts.size(); ++p) {
+      const auto& ids = parts[p][alt[p]].ids;
+      seg.ids.insert(seg.ids.end(), ids.begin(), ids.end());
+    }
+  }
+  return {};
+}
+
 // ---- Offsets ---------------------------------------------------------------------------
 
 namespace {

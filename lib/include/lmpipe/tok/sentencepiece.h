@@ -85,9 +85,15 @@ class SentencePieceModel final : public Model {
   }
   TokenId find(std::string_view piece) const override { return ids_.find(piece); }
 
-  // Unigram only: the n best segmentations of raw text, best first (fewer when the
-  // text has fewer), each as ids.
-  void nbest(std::string_view text, std::size_t n, std::vector<std::vector<TokenId>>& out, ModelScratch& s) const;
+  // One segmentation of a text and its score (the sum of its pieces' scores).
+  struct Segmentation {
+    double score = 0;
+    std::vector<TokenId> ids;
+  };
+  // Unigram only: the n best segmentations of one segment, best first (fewer when it has
+  // fewer), as encode() takes it (raw text for a .model, normalized for an HF model).
+  // Equal scores keep a fixed order.
+  void nbest(std::string_view text, std::size_t n, std::vector<Segmentation>& out, ModelScratch& s) const;
 
   // spm's decoding: pieces joined, ▁ → space, <0xXX> → bytes, control tokens dropped,
   // <unk> → its surface (" ⁇ "), the dummy prefix's space removed.

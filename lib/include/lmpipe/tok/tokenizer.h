@@ -179,6 +179,13 @@ class Tokenizer {
   // bytes alone; an unknown token at the span up to the next token.
   void encode_with_offsets(std::string_view text, std::vector<TokenId>& out, std::vector<Range>& spans, Session& s,
                            bool parse_special = true) const;
+  // A unigram model's n best segmentations of `text`, best first (fewer when it has
+  // fewer): each word's n best (the lattice of SentencePieceModel::nbest) combined by the
+  // sum of their scores, added tokens fixed. With no pre-tokenizer (a .model) this is
+  // spm's NBestEncode; with one (HF's Metaspace split) the n best choices of one
+  // segmentation per word. Equal scores keep a fixed order. An error for other models.
+  Status nbest(std::string_view text, std::size_t n, std::vector<SentencePieceModel::Segmentation>& out, Session& s,
+               bool parse_special = true) const;
   // Inverse of encode: the text of the ids (exact for byte-level BPE; WordPiece loses
   // what its normalizer removed). An id outside the vocabulary is an error.
   Status decode(const TokenId* ids, std::size_t n, std::string& out, bool skip_special = false) const;
