@@ -97,6 +97,26 @@ inline void exercise(const tok::Tokenizer& t, std::string_view input) {
     t.encode_with_offsets(text, drawn, spans, d);
     check_spans(spans, drawn.size(), text);
   }
+  // The n best (unigram): at least one, at most n, best first, ids in the vocabulary;
+  // other models refuse. (The first need not be encode()'s segmentation: with equal
+  // scores, Viterbi keeps SentencePiece's float tie order.)
+  {
+    std::vector<tok::SentencePieceModel::Segmentation> nb;
+    const std::string_view text = input.substr(0, 128);
+    const bool unigram = t.model().type() == tok::ModelType::sentencepiece &&
+                         static_cast<const tok::SentencePieceModel&>(t.model()).kind() ==
+                             tok::SentencePieceModel::Kind::unigram;
+    const std::size_t n = 1 + input.size() % 5;
+    if (t.nbest(text, n, nb, s).ok() != unigram) std::abort();
+    if (unigram) {
+      if (nb.empty() || nb.size() > n) std::abort();
+      for (std::size_t r = 0; r < nb.size(); ++r) {
+        if (r && nb[r].score > nb[r - 1].score) std::abort();
+        for (TokenId id : nb[r].ids)
+          if (id < 0 || static_cast<std::size_t>(id) >= t.vocab_size()) std::abort();
+      }
+    }
+  }
   std::string out;
   (void)t.decode(ids.data(), ids.size(), out);
   const TokenId probes[] = {0, 1, 2, 255, 256, static_cast<TokenId>(t.vocab_size()) - 1,

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "lmpipe/text/unicode.h"
+#include "best_combinations.h"
 
 namespace lmp::tok {
 
@@ -505,6 +506,7 @@ Result<SentencePieceModel> SentencePieceModel::parse(std::string_view proto, con
         return make_error(Errc::parse, "{}: byte fallback without the piece <0x{:02X}>", name, b);
   std::sort(m.user_defined_.begin(), m.user_defined_.end(),
             [](std::string_view a, std::string_view b) { return a.size() > b.size(); });
+  m.find_word_split();
   if (m.kind_ == Kind::unigram) {
     std::vector<std::pair<std::string_view, std::int32_t>> keys;
     for (std::size_t i = 0; i < m.pieces_.size(); ++i) {
@@ -514,26 +516,6 @@ Result<SentencePieceModel> SentencePieceModel::parse(std::string_view proto, con
     }
     m.trie_.build(std::move(keys));
   } else {
-    // Word by word is exact when no mergeable piece has ▁ right after another
-    // character (SentencePiece's split_by_whitespace; Llama 2 qualifies: its pieces of
-    // several ▁ are all ▁).
-    m.ws_split_ = !m.norm_.treat_whitespace_as_suffix;
-    for (std::size_t i = 0; i < m.pieces_.size() && m.ws_split_; ++i) {
-      auto t = m.types_[i];
-      if (t != SpPieceType::normal && t != SpPieceType::user_defined && t != SpPieceType::unused) continue;
-      std::string_view p = m.pieces_[i];
-      bool prev_other = false;  // the previous character is not ▁
-      for (std::size_t k = 0; k < p.size();) {
-        bool space = p.compare(k, kSpace.size(), kSpace) == 0;
-        if (space && prev_other) {
-          m.ws_split_ = false;
-          break;
-        }
-        prev_other = !space;
-        std::size_t n = space ? kSpace.size() : utf8_len(p.substr(k));
-        k += n ? n : 1;
-      }
-    }
     // Ranks: pieces by score, highest first; equal scores share a rank.
     std::vector<TokenId> order(m.pieces_.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<TokenId>(i);
@@ -590,6 +572,29 @@ void SentencePieceModel::walk_lattice(std::string_view text, OnPiece&& piece, On
   }
 }
 
+// Word by word is exact when no piece of the lattice (normal, user-defined, unused) has ▁
+// right after another character (SentencePiece's split_by_whitespace; Llama 2 qualifies:
+// its pieces of several ▁ are all ▁): no piece then crosses the start of a ▁ run.
+void SentencePieceModel::find_word_split() {
+  ws_split_ = !norm_.treat_whitespace_as_suffix;
+  for (std::size_t i = 0; i < pieces_.size() && ws_split_; ++i) {
+    auto t = types_[i];
+    if (t != SpPieceType::normal && t != SpPieceType::user_defined && t != SpPieceType::unused) continue;
+    std::string_view p = pieces_[i];
+    bool prev_other = false;  // the previous character is not ▁
+    for (std::size_t k = 0; k < p.size();) {
+      bool space = p.compare(k, kSpace.size(), kSpace) == 0;
+      if (space && prev_other) {
+        ws_split_ = false;
+        break;
+      }
+      prev_other = !space;
+      std::size_t n = space ? kSpace.size() : utf8_len(p.substr(k));
+      k += n ? n : 1;
+    }
+  }
+}
+
 Result<SentencePieceModel> SentencePieceModel::from_hf_unigram(std::vector<std::pair<std::string, double>> vocab,
                                                               TokenId unk_id, bool byte_fallback,
                                                               const std::string& name) {
@@ -633,6 +638,7 @@ Result<SentencePieceModel> SentencePieceModel::from_hf_unigram(std::vector<std::
     }
   }
   m.trie_.build(std::move(keys));
+  m.find_word_split();
   return m;
 }
 
@@ -934,52 +940,142 @@ void SentencePieceModel::lattice(std::string_view text, std::vector<LatticeEdge>
       });
 }
 
-std::vector<SentencePieceModel::Path> SentencePieceModel::nbest_paths(std::string_view text, std::size_t n) const {
-  std::vector<Path> paths;
-  if (text.empty() || n == 0) {
-    paths.emplace_back();
-    return paths;
+// The n best segmentations of one lattice, flat: segmentation r's pieces are
+// pieces[start[r], start[r + 1]).
+struct SpPathSet {
+  std::vector<double> scores;
+  std::vector<std::uint32_t> start;
+  std::vector<std::pair<std::string_view, TokenId>> pieces;
+  void clear() {
+    scores.clear();
+    start.assign(1, 0);
+    pieces.clear();
   }
-  std::vector<LatticeEdge> edges;
-  lattice(text, edges);
-  // For each end position, its n best partial paths: (score, edge, rank among the
-  // start position's paths), best first.
+  std::size_t size() const { return scores.size(); }
+};
+
+// A search's buffers, kept by each thread from one text to the next.
+struct SpNBestSearch {
   struct Partial {
     double score;
-    std::uint32_t edge, back;
+    std::uint32_t edge, back;  // the edge that ends it; its rank among the start's partials
   };
-  std::vector<std::vector<Partial>> best(text.size() + 1);
-  best[0].push_back({0.0, 0, 0});
-  std::vector<std::vector<std::uint32_t>> ending(text.size() + 1);
-  for (std::uint32_t k = 0; k < edges.size(); ++k) ending[edges[k].end].push_back(k);
-  std::vector<Partial> cand;
-  for (std::size_t e = 1; e <= text.size(); ++e) {
-    cand.clear();
-    for (std::uint32_t k : ending[e]) {
-      const auto& from = best[edges[k].start];
-      for (std::uint32_t r = 0; r < from.size(); ++r) cand.push_back({from[r].score + edges[k].score, k, r});
+  std::vector<SentencePieceModel::LatticeEdge> edges;
+  std::vector<std::uint32_t> by_end, end_at;   // edges by end position: by_end[end_at[e], end_at[e + 1])
+  std::vector<std::uint32_t> fill;
+  std::vector<Partial> partials, cand;         // each position's n best, in order of position
+  std::vector<std::uint32_t> partial_at;       // position e's: partials[partial_at[e], partial_at[e + 1])
+  std::vector<SpPathSet> words;                  // each word's n best (nbest_search)
+  std::size_t n_words = 0;
+  std::vector<std::size_t> cuts;
+  BestCombinations best;
+};
+
+namespace {
+SpNBestSearch& search_buffers() {
+  thread_local SpNBestSearch s;
+  return s;
+}
+}  // namespace
+
+void SentencePieceModel::nbest_lattice(std::string_view text, std::size_t n, SpNBestSearch& s, SpPathSet& out) const {
+  out.clear();
+  if (text.empty()) {
+    out.scores.push_back(0.0);
+    out.start.push_back(0);
+    return;
+  }
+  lattice(text, s.edges);
+  // Edges by end position (a counting sort).
+  const std::size_t size = text.size();
+  s.end_at.assign(size + 2, 0);
+  for (const auto& x : s.edges) ++s.end_at[x.end + 1];
+  for (std::size_t e = 1; e < s.end_at.size(); ++e) s.end_at[e] += s.end_at[e - 1];
+  s.by_end.resize(s.edges.size());
+  s.fill.assign(s.end_at.begin(), s.end_at.end());
+  for (std::uint32_t k = 0; k < s.edges.size(); ++k) s.by_end[s.fill[s.edges[k].end]++] = k;
+  // For each end position, its n best partial paths, best first.
+  s.partials.assign(1, {0.0, 0, 0});
+  s.partial_at.assign(size + 2, 0);
+  s.partial_at[1] = 1;
+  for (std::size_t e = 1; e <= size; ++e) {
+    s.cand.clear();
+    for (std::uint32_t i = s.end_at[e]; i < s.end_at[e + 1]; ++i) {
+      const std::uint32_t k = s.by_end[i];
+      const auto& x = s.edges[k];
+      const std::uint32_t from = s.partial_at[x.start], to = s.partial_at[x.start + 1];
+      for (std::uint32_t r = 0; r < to - from; ++r) s.cand.push_back({s.partials[from + r].score + x.score, k, r});
     }
-    std::size_t keep = std::min(n, cand.size());
-    std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(keep), cand.end(),
-                      [](const Partial& a, const Partial& b) {
+    const std::size_t keep = std::min(n, s.cand.size());
+    std::partial_sort(s.cand.begin(), s.cand.begin() + static_cast<std::ptrdiff_t>(keep), s.cand.end(),
+                      [](const SpNBestSearch::Partial& a, const SpNBestSearch::Partial& b) {
                         if (a.score != b.score) return a.score > b.score;
                         return a.edge != b.edge ? a.edge < b.edge : a.back < b.back;
                       });
-    best[e].assign(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(keep));
+    s.partials.insert(s.partials.end(), s.cand.begin(), s.cand.begin() + static_cast<std::ptrdiff_t>(keep));
+    s.partial_at[e + 1] = static_cast<std::uint32_t>(s.partials.size());
   }
-  for (std::uint32_t r = 0; r < best[text.size()].size(); ++r) {
-    Path& path = paths.emplace_back();
-    path.score = best[text.size()][r].score;
-    std::size_t e = text.size();
+  const std::uint32_t last = s.partial_at[size];
+  for (std::uint32_t r = 0; r < s.partial_at[size + 1] - last; ++r) {
+    out.scores.push_back(s.partials[last + r].score);
+    const std::size_t first = out.pieces.size();
+    std::size_t e = size;
     std::uint32_t rank = r;
     while (e > 0) {
-      const Partial& p = best[e][rank];
-      const LatticeEdge& x = edges[p.edge];
-      path.pieces.emplace_back(text.substr(x.start, x.end - x.start), x.id);
+      const auto& p = s.partials[s.partial_at[e] + rank];
+      const auto& x = s.edges[p.edge];
+      out.pieces.emplace_back(text.substr(x.start, x.end - x.start), x.id);
       rank = p.back;
       e = x.start;
     }
-    std::reverse(path.pieces.begin(), path.pieces.end());
+    std::reverse(out.pieces.begin() + static_cast<std::ptrdiff_t>(first), out.pieces.end());
+    out.start.push_back(static_cast<std::uint32_t>(out.pieces.size()));
+  }
+}
+
+void SentencePieceModel::nbest_search(std::string_view text, std::size_t n, SpNBestSearch& s) const {
+  // Where no piece crosses the start of a ▁ run, the text's n best are its words' n best
+  // combined: the same segmentations, with far fewer partial paths than one lattice of
+  // the whole text keeps at each position.
+  n = std::max<std::size_t>(n, 1);
+  s.cuts.clear();
+  if (ws_split_ && n > 1) {
+    bool prev_other = false;  // the previous character is not ▁
+    for (std::size_t k = 0; k < text.size();) {
+      const bool space = text.compare(k, kSpace.size(), kSpace) == 0;
+      if (space && prev_other) s.cuts.push_back(k);
+      prev_other = !space;
+      k += space ? kSpace.size() : std::max<std::size_t>(1, utf8_len(text.substr(k)));
+    }
+  }
+  s.n_words = s.cuts.size() + 1;
+  if (s.words.size() < s.n_words) s.words.resize(s.n_words);
+  s.best.reset(n);
+  for (std::size_t w = 0, b = 0; w < s.n_words; ++w) {
+    const std::size_t e = w < s.cuts.size() ? s.cuts[w] : text.size();
+    nbest_lattice(text.substr(b, e - b), n, s, s.words[w]);
+    s.best.add(s.words[w].scores.data(), s.words[w].size());
+    b = e;
+  }
+}
+
+void SentencePieceModel::append_path(const SpNBestSearch& s, std::size_t r,
+                                     std::vector<std::pair<std::string_view, TokenId>>& pieces) {
+  std::vector<std::uint32_t> alt;
+  s.best.choices(r, alt);
+  for (std::size_t w = 0; w < s.n_words; ++w) {
+    const SpPathSet& p = s.words[w];
+    pieces.insert(pieces.end(), p.pieces.begin() + p.start[alt[w]], p.pieces.begin() + p.start[alt[w] + 1]);
+  }
+}
+
+std::vector<SentencePieceModel::Path> SentencePieceModel::nbest_paths(std::string_view text, std::size_t n) const {
+  SpNBestSearch& s = search_buffers();
+  nbest_search(text, n, s);
+  std::vector<Path> paths(s.best.scores().size());
+  for (std::size_t r = 0; r < paths.size(); ++r) {
+    paths[r].score = s.best.scores()[r];
+    append_path(s, r, paths[r].pieces);
   }
   return paths;
 }
@@ -1004,18 +1100,20 @@ void SentencePieceModel::sample(std::string_view text, double alpha, int nbest, 
     // spm's SampleEncode with nbest_size > 1: one of the n best, with probability
     // ∝ exp(alpha · score), the weights taken relative to the best (spm's absolute
     // exp underflows to all zeros on long lines; the ratios are the same).
-    std::vector<Path> paths = nbest_paths(text, static_cast<std::size_t>(nbest));
-    std::vector<double> weight(paths.size());
+    SpNBestSearch& s = search_buffers();
+    nbest_search(text, static_cast<std::size_t>(nbest), s);
+    const std::vector<double>& scores = s.best.scores();
+    std::vector<double> weight(scores.size());
     double total = 0;
-    for (std::size_t r = 0; r < paths.size(); ++r) total += weight[r] = std::exp(alpha * (paths[r].score - paths[0].score));
+    for (std::size_t r = 0; r < scores.size(); ++r) total += weight[r] = std::exp(alpha * (scores[r] - scores[0]));
     double u = rng.uniform() * total, acc = 0;
-    std::size_t pick = paths.size() - 1;
-    for (std::size_t r = 0; r < paths.size(); ++r)
+    std::size_t pick = scores.size() - 1;
+    for (std::size_t r = 0; r < scores.size(); ++r)
       if (u < (acc += weight[r])) {
         pick = r;
         break;
       }
-    pieces.insert(pieces.end(), paths[pick].pieces.begin(), paths[pick].pieces.end());
+    append_path(s, pick, pieces);
     return;
   }
   std::vector<LatticeEdge> edges;

@@ -8,6 +8,7 @@
 #include "lmpipe/tok/byte_level.h"
 #include "lmpipe/tok/sentencepiece.h"
 #include "lmpipe/tok/wordpiece.h"
+#include "best_combinations.h"
 
 namespace lmp::tok {
 
@@ -304,46 +305,7 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<TokenId>& out, 
 
 // ---- The n best segmentations ------------------------------------------------------------
 
-namespace {
-
 using Segmentation = SentencePieceModel::Segmentation;
-
-// The combinations after one more part: the n best sums of a combination so far (`scores`,
-// best first) and one of the part's alternatives (best first), as (combination, alternative)
-// pairs, best first (`next`: their scores). Candidates come off a heap: (i, j + 1) after
-// (i, j), and (i + 1, 0) after (i, 0), so that each pair is seen once and never before a
-// better one. Equal sums: the lower combination, then the lower alternative, first.
-void combine(const std::vector<double>& scores, const std::vector<Segmentation>& part, std::size_t n,
-             std::vector<double>& next, std::vector<std::pair<std::uint32_t, std::uint32_t>>& back) {
-  struct Cand {
-    double score;
-    std::uint32_t i, j;
-  };
-  auto worse = [](const Cand& a, const Cand& b) {
-    if (a.score != b.score) return a.score < b.score;
-    return a.i != b.i ? a.i > b.i : a.j > b.j;
-  };
-  std::vector<Cand> heap{{scores[0] + part[0].score, 0, 0}};
-  next.clear();
-  back.clear();
-  while (next.size() < n && !heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), worse);
-    const Cand c = heap.back();
-    heap.pop_back();
-    next.push_back(c.score);
-    back.emplace_back(c.i, c.j);
-    if (c.j + 1 < part.size()) {
-      heap.push_back({scores[c.i] + part[c.j + 1].score, c.i, c.j + 1});
-      std::push_heap(heap.begin(), heap.end(), worse);
-    }
-    if (c.j == 0 && c.i + 1 < scores.size()) {
-      heap.push_back({scores[c.i + 1] + part[0].score, c.i + 1, 0});
-      std::push_heap(heap.begin(), heap.end(), worse);
-    }
-  }
-}
-
-}  // namespace
 
 Status Tokenizer::nbest(std::string_view text, std::size_t n, std::vector<Segmentation>& out, Session& s,
                         bool parse_special) const {
@@ -384,31 +346,20 @@ Status Tokenizer::nbest(std::string_view text, std::size_t n, std::vector<Segmen
             on_added);
       },
       on_added);
-  // Combine part by part; a part with one alternative changes no ranks.
-  std::vector<double> scores{0.0}, next;
-  std::vector<std::vector<std::pair<std::uint32_t, std::uint32_t>>> back(parts.size());
-  for (std::size_t p = 0; p < parts.size(); ++p) {
-    if (parts[p].size() == 1) {
-      for (double& x : scores) x += parts[p][0].score;
-      continue;
-    }
-    combine(scores, parts[p], n, next, back[p]);
-    scores.swap(next);
+  // Combine part by part, then each combination's ids in order.
+  BestCombinations best;
+  best.reset(n);
+  std::vector<double> part_scores;
+  for (const auto& part : parts) {
+    part_scores.clear();
+    for (const auto& x : part) part_scores.push_back(x.score);
+    best.add(part_scores.data(), part_scores.size());
   }
-  // Each combination's alternatives, back from the last part, then its ids in order.
-  std::vector<std::uint32_t> alt(parts.size());
-  for (std::size_t r = 0; r < scores.size(); ++r) {
-    auto rank = static_cast<std::uint32_t>(r);
-    for (std::size_t p = parts.size(); p-- > 0;) {
-      if (parts[p].size() == 1) {
-        alt[p] = 0;
-        continue;
-      }
-      alt[p] = back[p][rank].second;
-      rank = back[p][rank].first;
-    }
+  std::vector<std::uint32_t> alt;
+  for (std::size_t r = 0; r < best.scores().size(); ++r) {
+    best.choices(r, alt);
     Segmentation& seg = out.emplace_back();
-    seg.score = scores[r];
+    seg.score = best.scores()[r];
     for (std::size_t p = 0; p < parts.size(); ++p) {
       const auto& ids = parts[p][alt[p]].ids;
       seg.ids.insert(seg.ids.end(), ids.begin(), ids.end());

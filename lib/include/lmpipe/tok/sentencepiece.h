@@ -28,6 +28,9 @@ namespace lmp::tok {
 
 enum class SpPieceType : std::uint8_t { normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
 
+struct SpPathSet;      // (sentencepiece.cpp: the n-best search's buffers)
+struct SpNBestSearch;
+
 class SpNormalizer {
  public:
   std::string name;                   // nmt_nfkc, identity, ...
@@ -120,6 +123,7 @@ class SentencePieceModel final : public Model {
     double score;
   };
   void lattice(std::string_view text, std::vector<LatticeEdge>& edges) const;
+  friend struct SpNBestSearch;
   template <class OnPiece, class OnUnknown>
   void walk_lattice(std::string_view text, OnPiece&& piece, OnUnknown&& unknown) const;
   void unigram(std::string_view text, std::vector<std::pair<std::string_view, TokenId>>& out,
@@ -137,7 +141,13 @@ class SentencePieceModel final : public Model {
     std::vector<std::pair<std::string_view, TokenId>> pieces;
   };
   std::vector<Path> nbest_paths(std::string_view text, std::size_t n) const;
+  // The search behind it, in a thread's buffers: each word's n best (one lattice, or one
+  // per word when no piece crosses a word's start), combined; then segmentation r's pieces.
+  void nbest_search(std::string_view text, std::size_t n, SpNBestSearch& s) const;
+  void nbest_lattice(std::string_view text, std::size_t n, SpNBestSearch& s, SpPathSet& out) const;
+  static void append_path(const SpNBestSearch& s, std::size_t r, std::vector<std::pair<std::string_view, TokenId>>& pieces);
   std::size_t match_user_defined(std::string_view s) const;  // bytes of the longest one at s, or 0
+  void find_word_split();  // sets ws_split_
 
   Kind kind_ = Kind::unigram;
   std::vector<std::string> pieces_;
@@ -152,7 +162,7 @@ class SentencePieceModel final : public Model {
   InlineMap64<PairMerge> pair_merge_;  // BPE: (left id, right id) → the piece they make
   std::vector<std::uint32_t> rank_;    // BPE: by score, highest first; ties share a rank
   bool has_unused_ = false;
-  bool ws_split_ = false;  // BPE: words (a ▁ run and what follows) encode independently
+  bool ws_split_ = false;  // words (a ▁ run and what follows) encode independently (find_word_split)
   std::size_t max_piece_bytes_ = 0;
   std::vector<std::string_view> user_defined_;  // longest first
   TokenId unk_id_ = -1, bos_id_ = -1, eos_id_ = -1;
