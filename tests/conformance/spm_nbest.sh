@@ -10,15 +10,20 @@
 # Needs Debian's python3-sentencepiece and spm_train (scripts/test installs them); skips
 # without them.
 . "$(dirname "$0")/common.inc"
-py=""
-for p in python3 /usr/bin/python3; do
-  if command -v "$p" >/dev/null && "$p" -c 'import sentencepiece' 2>/dev/null; then py=$p; break; fi
-done
-if [ -z "$py" ] || ! command -v spm_train >/dev/null; then
-  echo "SKIP: python3 with the sentencepiece module, or spm_train, not found (scripts/test installs them)"
-  exit 77
-fi
+require_spm_python
 checker=$src/tests/conformance/spm_nbest.py
+# metaspace_split IN.json OUT.json: the same training as HF's converters once wrote it, the
+# character map alone as the normalizer and a Metaspace pre-tokenizer that splits words.
+metaspace_split() {
+  "$py" - "$1" "$2" <<'PY' || fail=1
+import json, sys
+t = json.load(open(sys.argv[1], encoding="utf-8"))
+t["normalizer"] = next(n for n in t["normalizer"]["normalizers"] if n["type"] == "Precompiled")
+t["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+json.dump(t, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
+PY
+}
+
 
 compare() {  # compare NAME TOKENIZER MODEL TEXT N: tok-encode -t TOKENIZER against spm's MODEL
   if ! "$bin/tok-encode" -t "$2" --nbest "$5" "$4" >"$work/ours"; then
@@ -47,15 +52,7 @@ stress_text "$work/plain.txt"
 sed 's/[[:space:]][[:space:]]*/ /g; s/^ //; s/ $//' "$work/plain.txt" >"$work/words.txt"
 "$bin/tok-train" -q -m unigram --vocab-size 500 -o "$work/u.model" "$work/corpus.txt" || fail=1
 "$bin/tok-train" -q -m unigram --vocab-size 500 -o "$work/u.json" "$work/corpus.txt" || fail=1
-# The same training as HF's converters once wrote it: the character map alone as the
-# normalizer, and a Metaspace pre-tokenizer that splits the text into words.
-"$py" - "$work/u.json" "$work/split.json" <<'PY' || fail=1
-import json, sys
-t = json.load(open(sys.argv[1], encoding="utf-8"))
-t["normalizer"] = next(n for n in t["normalizer"]["normalizers"] if n["type"] == "Precompiled")
-t["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
-json.dump(t, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
-PY
+metaspace_split "$work/u.json" "$work/split.json"
 for n in 1 8 64; do
   compare "spm_train unigram (nmt_nfkc, <unk>)" "$work/spm_uni.model" "$work/spm_uni.model" "$text" $n
   compare "tok-train unigram .model (byte fallback)" "$work/u.model" "$work/u.model" "$text" $n
@@ -71,13 +68,7 @@ if have_data; then
   done
   "$bin/tok-train" -q -m unigram --vocab-size 3000 -o "$work/en.model" "$data/slices/en_1M.txt" || fail=1
   "$bin/tok-train" -q -m unigram --vocab-size 3000 -o "$work/en.json" "$data/slices/en_1M.txt" || fail=1
-  "$py" - "$work/en.json" "$work/en_split.json" <<'PY' || fail=1
-import json, sys
-t = json.load(open(sys.argv[1], encoding="utf-8"))
-t["normalizer"] = next(n for n in t["normalizer"]["normalizers"] if n["type"] == "Precompiled")
-t["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
-json.dump(t, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
-PY
+  metaspace_split "$work/en.json" "$work/en_split.json"
   head -n 500 "$data/slices/en_1M.txt" | sed 's/[[:space:]][[:space:]]*/ /g; s/^ //; s/ $//' >"$work/slice.txt"
   compare "tok-train unigram, 3000 pieces, English, split by Metaspace" "$work/en_split.json" "$work/en.model" "$work/slice.txt" 16
 else

@@ -8,14 +8,7 @@
 # Needs Debian's python3-sentencepiece and spm_train (scripts/test installs them); skips
 # without them.
 . "$(dirname "$0")/common.inc"
-py=""
-for p in python3 /usr/bin/python3; do
-  if command -v "$p" >/dev/null && "$p" -c 'import sentencepiece' 2>/dev/null; then py=$p; break; fi
-done
-if [ -z "$py" ] || ! command -v spm_train >/dev/null; then
-  echo "SKIP: python3 with the sentencepiece module, or spm_train, not found (scripts/test installs them)"
-  exit 77
-fi
+require_spm_python
 check_script=$src/tests/conformance/spm_offsets.py
 
 compare() {  # compare NAME MODEL TEXT
