@@ -180,33 +180,38 @@ void Tokenizer::split_added(const AddedSet& set, std::string_view text, OnSegmen
   segment(seg, text.size());
 }
 
-void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Session& s,
-                       bool parse_special) const {
-  if (s.pieces) s.words_.clear();
+template <class OnSegment, class OnAdded>
+void Tokenizer::for_each_segment(std::string_view text, Session& s, bool parse_special, OnSegment&& segment,
+                                 OnAdded&& added) const {
   static const AddedSet kNone;
-  auto on_added = [&](std::string_view where) {
-    return [&, where](const AddedToken& m, std::size_t at, std::size_t len) {
-      out.push_back(m.id);
-      if (s.pieces) s.pieces->push_back({s.words_.emplace_back(where.substr(at, len)), 1});
-    };
-  };
   split_added(
       parse_special ? raw_added_ : kNone, text,
       [&](std::size_t b, std::size_t e) {
         std::string_view seg = text.substr(b, e - b);
         if (!parse_special || norm_added_.list.empty()) {
-          encode_segment(seg, out, s, b == 0);
+          segment(seg, b == 0, false);
           return;
         }
         // Normalized whole, then split at the normalized added tokens, as HF does.
         run_normalizer(seg, s.whole_, nullptr);
         const std::string_view t = s.whole_;
         split_added(
-            norm_added_, t,
-            [&](std::size_t nb, std::size_t ne) { encode_segment(t.substr(nb, ne - nb), out, s, b == 0 && nb == 0, true); },
-            on_added(t));
+            norm_added_, t, [&](std::size_t nb, std::size_t ne) { segment(t.substr(nb, ne - nb), b == 0 && nb == 0, true); },
+            [&](const AddedToken& m, std::size_t at, std::size_t len) { added(m, t, at, len); });
       },
-      on_added(text));
+      [&](const AddedToken& m, std::size_t at, std::size_t len) { added(m, text, at, len); });
+}
+
+void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Session& s,
+                       bool parse_special) const {
+  if (s.pieces) s.words_.clear();
+  for_each_segment(
+      text, s, parse_special,
+      [&](std::string_view seg, bool at_start, bool normalized) { encode_segment(seg, out, s, at_start, normalized); },
+      [&](const AddedToken& m, std::string_view where, std::size_t at, std::size_t len) {
+        out.push_back(m.id);
+        if (s.pieces) s.pieces->push_back({s.words_.emplace_back(where.substr(at, len)), 1});
+      });
 }
 
 bool Tokenizer::metaspace_prepends(std::string_view in, bool at_start) const {
@@ -327,25 +332,10 @@ Status Tokenizer::nbest(std::string_view text, std::size_t n, std::vector<Segmen
       if (parts.back().empty()) parts.pop_back();
     }
   };
-  auto on_added = [&](const AddedToken& m, std::size_t, std::size_t) {
-    parts.emplace_back().push_back({0.0, {m.id}});
-  };
-  static const AddedSet kNone;
-  split_added(
-      parse_special ? raw_added_ : kNone, text,
-      [&](std::size_t b, std::size_t e) {
-        std::string_view seg = text.substr(b, e - b);
-        if (!parse_special || norm_added_.list.empty()) {
-          words(seg, b == 0, false);
-          return;
-        }
-        run_normalizer(seg, s.whole_, nullptr);
-        const std::string t = s.whole_;  // (normalize_segment may reuse the Session's buffers)
-        split_added(
-            norm_added_, t, [&](std::size_t nb, std::size_t ne) { words(std::string_view(t).substr(nb, ne - nb), b == 0 && nb == 0, true); },
-            on_added);
-      },
-      on_added);
+  for_each_segment(text, s, parse_special, words,
+                   [&](const AddedToken& m, std::string_view, std::size_t, std::size_t) {
+                     parts.emplace_back().push_back({0.0, {m.id}});
+                   });
   // Combine part by part, then each combination's ids in order.
   BestCombinations best;
   best.reset(n);

@@ -266,6 +266,13 @@ class Tokenizer {
   // match.
   template <class OnSegment, class OnAdded>
   void split_added(const AddedSet& set, std::string_view text, OnSegment&& segment, OnAdded&& added) const;
+  // encode()'s walk of a text: split_added on the raw text and, where added tokens match
+  // normalized text, the segment normalized whole and split again. `segment(text, at_start,
+  // normalized)` for each stretch between tokens, `added(token, where, at, length)` for
+  // each token (`where`: the raw or normalized text it was matched in).
+  template <class OnSegment, class OnAdded>
+  void for_each_segment(std::string_view text, Session& s, bool parse_special, OnSegment&& segment,
+                        OnAdded&& added) const;
   // Offsets of one segment; `outer`: the sources of an already normalized segment's bytes
   // (relative to `base`), when it is a part of normalized text.
   void segment_with_offsets(std::string_view seg, std::uint32_t base, bool at_start, std::vector<TokenId>& out,
