@@ -182,35 +182,35 @@ void Tokenizer::split_added(const AddedSet& set, std::string_view text, OnSegmen
 
 template <class OnSegment, class OnAdded>
 void Tokenizer::for_each_segment(std::string_view text, Session& s, bool parse_special, OnSegment&& segment,
-                                 OnAdded&& added) const {
+                                 OnAdded&& added, std::vector<text::SourceSpan>* whole_src) const {
   static const AddedSet kNone;
   split_added(
       parse_special ? raw_added_ : kNone, text,
       [&](std::size_t b, std::size_t e) {
         std::string_view seg = text.substr(b, e - b);
         if (!parse_special || norm_added_.list.empty()) {
-          segment(seg, b == 0, false);
+          segment(Part{seg, b, b, b == 0, false});
           return;
         }
         // Normalized whole, then split at the normalized added tokens, as HF does.
-        run_normalizer(seg, s.whole_, nullptr);
+        run_normalizer(seg, s.whole_, whole_src);
         const std::string_view t = s.whole_;
         split_added(
-            norm_added_, t, [&](std::size_t nb, std::size_t ne) { segment(t.substr(nb, ne - nb), b == 0 && nb == 0, true); },
-            [&](const AddedToken& m, std::size_t at, std::size_t len) { added(m, t, at, len); });
+            norm_added_, t,
+            [&](std::size_t nb, std::size_t ne) { segment(Part{t.substr(nb, ne - nb), b, nb, b == 0 && nb == 0, true}); },
+            [&](const AddedToken& m, std::size_t at, std::size_t len) { added(m, Part{t.substr(at, len), b, at, false, true}); });
       },
-      [&](const AddedToken& m, std::size_t at, std::size_t len) { added(m, text, at, len); });
+      [&](const AddedToken& m, std::size_t at, std::size_t len) { added(m, Part{text.substr(at, len), at, at, at == 0, false}); });
 }
 
 void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Session& s,
                        bool parse_special) const {
   if (s.pieces) s.words_.clear();
   for_each_segment(
-      text, s, parse_special,
-      [&](std::string_view seg, bool at_start, bool normalized) { encode_segment(seg, out, s, at_start, normalized); },
-      [&](const AddedToken& m, std::string_view where, std::size_t at, std::size_t len) {
+      text, s, parse_special, [&](const Part& p) { encode_segment(p.text, out, s, p.at_start, p.normalized); },
+      [&](const AddedToken& m, const Part& p) {
         out.push_back(m.id);
-        if (s.pieces) s.pieces->push_back({s.words_.emplace_back(where.substr(at, len)), 1});
+        if (s.pieces) s.pieces->push_back({s.words_.emplace_back(p.text), 1});
       });
 }
 
@@ -323,9 +323,9 @@ Status Tokenizer::nbest(std::string_view text, std::size_t n, std::vector<Segmen
   // The parts of the text in order, each with its alternatives, best first: a word's n
   // best, or an added token (one).
   std::vector<std::vector<Segmentation>> parts;
-  auto words = [&](std::string_view seg, bool at_start, bool normalized) {
-    if (seg.empty()) return;
-    std::string_view t = normalize_segment(seg, at_start, s, nullptr, normalized);
+  auto words = [&](const Part& p) {
+    if (p.text.empty()) return;
+    std::string_view t = normalize_segment(p.text, p.at_start, s, nullptr, p.normalized);
     split_words(t, s);
     for (const Range& r : s.ranges_) {
       sp->nbest(t.substr(r.begin, r.end - r.begin), n, parts.emplace_back(), s.scratch_);
@@ -333,9 +333,7 @@ Status Tokenizer::nbest(std::string_view text, std::size_t n, std::vector<Segmen
     }
   };
   for_each_segment(text, s, parse_special, words,
-                   [&](const AddedToken& m, std::string_view, std::size_t, std::size_t) {
-                     parts.emplace_back().push_back({0.0, {m.id}});
-                   });
+                   [&](const AddedToken& m, const Part&) { parts.emplace_back().push_back({0.0, {m.id}}); });
   // Combine part by part, then each combination's ids in order.
   BestCombinations best;
   best.reset(n);
@@ -648,38 +646,27 @@ void Tokenizer::segment_with_offsets(std::string_view seg, std::uint32_t base, b
 void Tokenizer::encode_with_offsets(std::string_view text, std::vector<TokenId>& out, std::vector<Range>& spans,
                                     Session& s, bool parse_special) const {
   const std::size_t first = spans.size();
-  static const AddedSet kNone;
-  split_added(
-      parse_special ? raw_added_ : kNone, text,
-      [&](std::size_t b, std::size_t e) {
-        const auto base = static_cast<std::uint32_t>(b);
-        std::string_view seg = text.substr(b, e - b);
-        if (!parse_special || norm_added_.list.empty()) {
-          segment_with_offsets(seg, base, b == 0, out, spans, s);
-          return;
-        }
-        // Normalized whole, split at the normalized added tokens; each part's bytes keep
-        // their sources in `seg`.
-        run_normalizer(seg, s.whole_, &s.whole_src_);
-        const std::string_view t = s.whole_;
-        split_added(
-            norm_added_, t,
-            [&](std::size_t nb, std::size_t ne) {
-              if (ne == nb) return;
-              s.part_src_.assign(s.whole_src_.begin() + static_cast<std::ptrdiff_t>(nb),
-                                 s.whole_src_.begin() + static_cast<std::ptrdiff_t>(ne));
-              segment_with_offsets(t.substr(nb, ne - nb), base, b == 0 && nb == 0, out, spans, s, &s.part_src_);
-            },
-            [&](const AddedToken& m, std::size_t at, std::size_t len) {
-              out.push_back(m.id);
-              Range o = through(s.whole_src_, {static_cast<std::uint32_t>(at), static_cast<std::uint32_t>(at + len)});
-              spans.push_back({o.begin + base, o.end + base});
-            });
+  // A part of normalized text keeps its bytes' sources in the raw segment (s.whole_src_,
+  // relative to the segment's start).
+  auto sources = [&](const Part& p) {
+    s.part_src_.assign(s.whole_src_.begin() + static_cast<std::ptrdiff_t>(p.at),
+                       s.whole_src_.begin() + static_cast<std::ptrdiff_t>(p.at + p.text.size()));
+    return &s.part_src_;
+  };
+  for_each_segment(
+      text, s, parse_special,
+      [&](const Part& p) {
+        segment_with_offsets(p.text, static_cast<std::uint32_t>(p.raw_begin), p.at_start, out, spans, s,
+                             p.normalized ? sources(p) : nullptr);
       },
-      [&](const AddedToken& m, std::size_t at, std::size_t len) {
+      [&](const AddedToken& m, const Part& p) {
         out.push_back(m.id);
-        spans.push_back({static_cast<std::uint32_t>(at), static_cast<std::uint32_t>(at + len)});
-      });
+        Range o{static_cast<std::uint32_t>(p.at), static_cast<std::uint32_t>(p.at + p.text.size())};
+        if (p.normalized) o = through(s.whole_src_, o);
+        const auto base = static_cast<std::uint32_t>(p.normalized ? p.raw_begin : 0);
+        spans.push_back({o.begin + base, o.end + base});
+      },
+      &s.whole_src_);
   if (!trim_offsets_) return;
   // HF's trim_offsets: as many characters of the text as the token's string starts or
   // ends with spaces (Ġ, or any white space) leave its span, each end counted alone.

@@ -266,13 +266,23 @@ class Tokenizer {
   // match.
   template <class OnSegment, class OnAdded>
   void split_added(const AddedSet& set, std::string_view text, OnSegment&& segment, OnAdded&& added) const;
-  // encode()'s walk of a text: split_added on the raw text and, where added tokens match
-  // normalized text, the segment normalized whole and split again. `segment(text, at_start,
-  // normalized)` for each stretch between tokens, `added(token, where, at, length)` for
-  // each token (`where`: the raw or normalized text it was matched in).
+  // One part of a text as for_each_segment walks it: a stretch between added tokens, or an
+  // added token's match. `normalized`: the part is in s.whole_ (the raw segment that starts
+  // at `raw_begin` of the text, normalized whole), at `at` there; else it is the raw text's
+  // bytes from `raw_begin` (and `at` = `raw_begin`).
+  struct Part {
+    std::string_view text;
+    std::size_t raw_begin = 0, at = 0;
+    bool at_start = false, normalized = false;
+  };
+  // The walk of a text that encode(), nbest() and encode_with_offsets() share:
+  // split_added on the raw text and, where added tokens match normalized text, the segment
+  // normalized whole (into s.whole_, with its bytes' sources in `whole_src` when given) and
+  // split again. `segment(part)` for each stretch between tokens, `added(token, part)` for
+  // each token.
   template <class OnSegment, class OnAdded>
   void for_each_segment(std::string_view text, Session& s, bool parse_special, OnSegment&& segment,
-                        OnAdded&& added) const;
+                        OnAdded&& added, std::vector<text::SourceSpan>* whole_src = nullptr) const;
   // Offsets of one segment; `outer`: the sources of an already normalized segment's bytes
   // (relative to `base`), when it is a part of normalized text.
   void segment_with_offsets(std::string_view seg, std::uint32_t base, bool at_start, std::vector<TokenId>& out,
