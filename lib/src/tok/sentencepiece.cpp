@@ -963,7 +963,7 @@ struct SpNBestSearch {
   std::vector<SentencePieceModel::LatticeEdge> edges;
   std::vector<std::uint32_t> by_end, end_at;   // edges by end position: by_end[end_at[e], end_at[e + 1])
   std::vector<std::uint32_t> fill;
-  std::vector<Partial> partials, cand;         // each position's n best, in order of position
+  std::vector<Partial> partials, cand;         // each position's n best, in order of position; a position's heap
   std::vector<std::uint32_t> partial_at;       // position e's: partials[partial_at[e], partial_at[e + 1])
   std::vector<SpPathSet> words;                  // each word's n best (nbest_search)
   std::size_t n_words = 0;
@@ -998,21 +998,35 @@ void SentencePieceModel::nbest_lattice(std::string_view text, std::size_t n, SpN
   s.partials.assign(1, {0.0, 0, 0});
   s.partial_at.assign(size + 2, 0);
   s.partial_at[1] = 1;
+  // Each edge ending at e extends its start's partials, best first: a sorted list. The n
+  // best of their union come off a heap that holds each list's next candidate (so at most
+  // one per edge), in the order (score, then edge, then rank) that breaks ties.
+  auto worse = [](const SpNBestSearch::Partial& a, const SpNBestSearch::Partial& b) {
+    if (a.score != b.score) return a.score < b.score;
+    return a.edge != b.edge ? a.edge > b.edge : a.back > b.back;
+  };
   for (std::size_t e = 1; e <= size; ++e) {
     s.cand.clear();
     for (std::uint32_t i = s.end_at[e]; i < s.end_at[e + 1]; ++i) {
       const std::uint32_t k = s.by_end[i];
       const auto& x = s.edges[k];
-      const std::uint32_t from = s.partial_at[x.start], to = s.partial_at[x.start + 1];
-      for (std::uint32_t r = 0; r < to - from; ++r) s.cand.push_back({s.partials[from + r].score + x.score, k, r});
+      const std::uint32_t from = s.partial_at[x.start];
+      if (from != s.partial_at[x.start + 1]) s.cand.push_back({s.partials[from].score + x.score, k, 0});
     }
-    const std::size_t keep = std::min(n, s.cand.size());
-    std::partial_sort(s.cand.begin(), s.cand.begin() + static_cast<std::ptrdiff_t>(keep), s.cand.end(),
-                      [](const SpNBestSearch::Partial& a, const SpNBestSearch::Partial& b) {
-                        if (a.score != b.score) return a.score > b.score;
-                        return a.edge != b.edge ? a.edge < b.edge : a.back < b.back;
-                      });
-    s.partials.insert(s.partials.end(), s.cand.begin(), s.cand.begin() + static_cast<std::ptrdiff_t>(keep));
+    std::make_heap(s.cand.begin(), s.cand.end(), worse);
+    for (std::size_t kept = 0; kept < n && !s.cand.empty(); ++kept) {
+      std::pop_heap(s.cand.begin(), s.cand.end(), worse);
+      const SpNBestSearch::Partial top = s.cand.back();
+      s.partials.push_back(top);
+      const auto& x = s.edges[top.edge];
+      const std::uint32_t next = s.partial_at[x.start] + top.back + 1;
+      if (next < s.partial_at[x.start + 1]) {
+        s.cand.back() = {s.partials[next].score + x.score, top.edge, top.back + 1};
+        std::push_heap(s.cand.begin(), s.cand.end(), worse);
+      } else {
+        s.cand.pop_back();
+      }
+    }
     s.partial_at[e + 1] = static_cast<std::uint32_t>(s.partials.size());
   }
   const std::uint32_t last = s.partial_at[size];
