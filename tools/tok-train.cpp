@@ -17,6 +17,7 @@ using namespace lmp;
 struct Options {
   std::string model = "bpe", output, format = "hf", pre_tokenizer = "gpt2", initial_alphabet, algo = "likelihood";
   bool cased = false, split_digits = false, no_byte_fallback = false;
+  bool no_split_by_whitespace = false, no_whitespace_only_pieces = false;  // sp-bpe, unigram
   std::string normalization = "nfkc";
   std::string suffix = "</w>", prefix, unk_token = "<unk>";  // char-bpe
   std::vector<std::string> user_defined, control;
@@ -132,7 +133,11 @@ const char* kExamples =
     "  tok-train --vocab-size 8000 --dropout 0.1 -o drop.json corpus.txt\n"
     "  tok-encode -t drop.json --sample --seed 1 corpus.txt\n"
     "  tok-train -m char-bpe --normalization identity -P whitespace --suffix '' -S '[UNK]' \\\n"
-    "            --unk-token '[UNK]' -S '[CLS]' -S '[SEP]' -o quicktour.json corpus.txt";
+    "            --unk-token '[UNK]' -S '[CLS]' -S '[SEP]' -o quicktour.json corpus.txt\n"
+    "  # SentencePiece: Llama 2's settings (no normalization, each digit alone, runs of spaces as pieces)\n"
+    "  tok-train -m sp-bpe --vocab-size 32000 --normalization identity --split-digits -o llama.model corpus.txt\n"
+    "  tok-train -m unigram --vocab-size 8000 -o uni.model corpus.txt  # spm_encode reads it\n"
+    "  tok-train -m unigram --no-split-by-whitespace -o phrases.model corpus.txt  # pieces across words (▁of▁the)";
 
 // The end-of-training report on stderr.
 void report(const Options& o, const tok::TrainReport& rep, std::size_t vocab,
@@ -185,7 +190,20 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
   tok::WordCountMap counts;
   std::string chunk, norm;
   std::uint64_t bytes = 0, lines = 0;
-  LMP_ASSIGN(tok::SpNormalizer normalizer, tok::make_sp_normalizer(o.normalization));
+  tok::UnigramTrainerConfig cfg;
+  LMP_ASSIGN(cfg.normalizer, tok::make_sp_normalizer(o.normalization));
+  cfg.vocab_size = o.vocab_size;
+  cfg.min_frequency = o.min_frequency;
+  cfg.character_coverage = o.character_coverage;
+  cfg.byte_fallback = !o.no_byte_fallback;
+  cfg.split_digits = o.split_digits;
+  cfg.split_by_whitespace = !o.no_split_by_whitespace;
+  cfg.allow_whitespace_only_pieces = !o.no_whitespace_only_pieces;
+  if (o.max_token_length) cfg.max_piece_chars = o.max_token_length;
+  cfg.threads = o.threads;
+  cfg.user_defined = o.user_defined;
+  cfg.control = o.control;
+  cfg.dropout = o.dropout;
   for (const auto& file : o.files) {
     LMP_ASSIGN(auto reader, io::ChunkReader::open(file));
     cli::Progress progress("counting " + reader->name());
@@ -196,8 +214,8 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
       for (std::size_t pos = 0; pos < chunk.size();) {
         std::size_t nl = chunk.find('\n', pos);
         std::size_t end = nl == std::string::npos ? chunk.size() : nl + 1;
-        tok::sp_normalize_line(std::string_view(chunk).substr(pos, end - pos), normalizer, norm);
-        tok::sp_count_words(norm, o.split_digits, counts, o.user_defined);
+        tok::sp_normalize_line(std::string_view(chunk).substr(pos, end - pos), cfg.normalizer, norm);
+        tok::sp_count_words(norm, cfg, counts);
         ++lines;
         pos = end;
       }
@@ -208,18 +226,6 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
   cli::note(fmt::format("read {} in {} lines: {} distinct words", cli::human_bytes(static_cast<double>(bytes)),
                         cli::with_commas(lines), cli::with_commas(counts.size())));
   LMP_TRY(need_text(o, counts, bytes));
-  tok::UnigramTrainerConfig cfg;
-  cfg.normalizer = std::move(normalizer);
-  cfg.vocab_size = o.vocab_size;
-  cfg.min_frequency = o.min_frequency;
-  cfg.character_coverage = o.character_coverage;
-  cfg.byte_fallback = !o.no_byte_fallback;
-  cfg.split_digits = o.split_digits;
-  if (o.max_token_length) cfg.max_piece_chars = o.max_token_length;
-  cfg.threads = o.threads;
-  cfg.user_defined = o.user_defined;
-  cfg.control = o.control;
-  cfg.dropout = o.dropout;
   tok::SpTrainReport rep;
   cli::Progress progress("merging");
   std::string model;
@@ -296,6 +302,12 @@ int main(int argc, char** argv) {
                  "(a character without a token is then left out)");
   app.add_flag("--no-byte-fallback", o.no_byte_fallback,
                "sp-bpe: no <0xXX> pieces; characters not kept become <unk>");
+  app.add_flag("--no-whitespace-only-pieces", o.no_whitespace_only_pieces,
+               "sp-bpe, unigram: every space starts a piece, so a run of spaces is that many ▁ pieces (spm_train's "
+               "default; without it runs of spaces form pieces such as ▁▁▁▁, as in Llama 2)");
+  app.add_flag("--no-split-by-whitespace", o.no_split_by_whitespace,
+               "sp-bpe, unigram: pieces may span words (▁ inside a piece, never at its end: ▁of▁the); "
+               "spm_train's split_by_whitespace=false");
   app.add_option("--algo", o.algo,
                  "WordPiece merge rule: likelihood (count(ab)/(count(a)count(b)), default) or hf (by count, "
                  "as HF's WordPieceTrainer)")
@@ -319,7 +331,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"bytes"}));
   app.add_option("--max-token-length", o.max_token_length,
                  "do not build tokens longer than this many bytes (char-bpe, wordpiece: characters, affixes not "
-                 "counted)");
+                 "counted; sp-bpe, unigram: characters, 16 by default as spm_train's max_sentencepiece_length)");
   app.add_option("--dropout", o.dropout,
                  "BPE models (bpe, char-bpe, sp-bpe into a .json): write this BPE-dropout probability into the "
                  "tokenizer.json, as HF's BPE(dropout=P); HF then skips each merge with it on every encoding, "
@@ -392,10 +404,11 @@ int main(int argc, char** argv) {
                               " or an HF tokenizer.json (*.json)");
       return train_sp(o, t0);
     }
-    if (app.count("--character-coverage") || o.no_byte_fallback || !o.user_defined.empty() || !o.control.empty())
+    if (app.count("--character-coverage") || o.no_byte_fallback || !o.user_defined.empty() || !o.control.empty() ||
+        o.no_whitespace_only_pieces || o.no_split_by_whitespace)
       throw cli::UsageError(
-          "--character-coverage, --no-byte-fallback, --user-defined-symbol and --control-symbol are for -m sp-bpe "
-          "and unigram");
+          "--character-coverage, --no-byte-fallback, --user-defined-symbol, --control-symbol, "
+          "--no-whitespace-only-pieces and --no-split-by-whitespace are for -m sp-bpe and unigram");
     if (char_bpe(o)) {
       if (!app.count("--normalization") && !count->count("--normalization")) o.normalization = "bert";
       else if (!bert_norm && o.normalization != "identity")

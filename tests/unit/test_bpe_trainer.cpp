@@ -334,3 +334,110 @@ TEST_CASE("char-bpe: every trained word decodes back, across seeds and affixes",
     }
   }
 }
+
+namespace {
+// The words sp_count_words makes of one normalized line, in order of first appearance
+// (counts aside), joined by '|'.
+std::string sp_words(std::string_view line, const SpBpeTrainerConfig& cfg) {
+  WordCountMap wc;
+  sp_count_words(line, cfg, wc);
+  // Recover the order: scan the line for each word in turn.
+  std::string out;
+  std::size_t at = 0, total = 0;
+  for (const auto& kv : wc) total += kv.second;
+  while (at < line.size()) {
+    std::size_t best = 0;
+    for (const auto& kv : wc)
+      if (kv.first.size() > best && line.compare(at, kv.first.size(), kv.first) == 0) best = kv.first.size();
+    if (!best) return out + "<gap>";
+    if (!out.empty()) out += '|';
+    out.append(line.substr(at, best));
+    at += best;
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("SentencePiece training words: split as spm_train splits them", "[tok][train]") {
+  SpBpeTrainerConfig cfg;
+  cfg.allow_whitespace_only_pieces = false;  // spm_train's default: each ▁ starts a word
+  CHECK(sp_words("▁▁▁def▁f(x):", cfg) == "▁|▁|▁def|▁f|(|x|):");
+  CHECK(sp_words("▁a[0]▁=▁1,", cfg) == "▁a|[0]|▁=|▁1,");      // digits are Common, as punctuation
+  CHECK(sp_words("▁abc中文▁▁", cfg) == "▁abc|中文|▁|▁");
+  cfg.split_digits = true;
+  CHECK(sp_words("▁x12▁3,", cfg) == "▁x|1|2|▁|3|,");            // each digit alone, without its ▁
+  cfg.split_digits = false;
+  cfg.allow_whitespace_only_pieces = true;                     // a run of ▁ stays one word
+  CHECK(sp_words("▁▁▁def▁f▁▁", cfg) == "▁▁▁def|▁f|▁▁");
+  cfg.allow_whitespace_only_pieces = false;
+  cfg.split_by_whitespace = false;                             // words span spaces, not scripts
+  CHECK(sp_words("▁of▁the▁中文▁▁x▁", cfg) == "▁of▁the|▁中文|▁▁x|▁");
+}
+
+TEST_CASE("SentencePiece piece rules for ▁, as spm's IsValidSentencePiece", "[tok][train]") {
+  SpBpeTrainerConfig cfg;
+  cfg.allow_whitespace_only_pieces = false;
+  auto valid = [&](std::string_view p) { return sp_whitespace_valid(p, cfg); };
+  CHECK(valid("▁"));
+  CHECK(valid("▁the"));
+  CHECK(valid("the"));
+  CHECK_FALSE(valid("▁▁"));
+  CHECK_FALSE(valid("▁of▁the"));
+  CHECK_FALSE(valid("of▁"));
+  cfg.allow_whitespace_only_pieces = true;
+  CHECK(valid("▁▁▁▁"));
+  CHECK_FALSE(valid("▁▁def"));
+  CHECK_FALSE(valid("of▁"));
+  cfg.allow_whitespace_only_pieces = false;
+  cfg.split_by_whitespace = false;
+  CHECK(valid("▁of▁the"));
+  CHECK(valid("of▁the"));
+  CHECK(valid("▁"));
+  CHECK_FALSE(valid("of▁"));
+  CHECK_FALSE(valid("▁▁"));
+  cfg.allow_whitespace_only_pieces = true;
+  CHECK(valid("▁▁"));
+  CHECK_FALSE(valid("▁a▁"));
+}
+
+TEST_CASE("SentencePiece trainers keep the ▁ rules in every piece (seeded)", "[tok][train]") {
+  std::mt19937 rng(43);
+  const char* parts[] = {"▁", "▁▁", "▁▁▁▁", "def", "x", "(", ")", "0", "12", "self", "中", "=", ","};
+  std::vector<std::string> lines;
+  for (int l = 0; l < 300; ++l) {
+    std::string s = "▁";
+    for (int k = 0, n = 3 + static_cast<int>(rng() % 12); k < n; ++k) s += parts[rng() % std::size(parts)];
+    lines.push_back(s);
+  }
+  for (int mode = 0; mode < 3; ++mode) {
+    for (bool unigram : {false, true}) {
+      UnigramTrainerConfig cfg;
+      cfg.vocab_size = 400;
+      cfg.allow_whitespace_only_pieces = mode == 1;
+      cfg.split_by_whitespace = mode != 2;
+      auto norm = make_sp_normalizer("identity");
+      REQUIRE(norm.ok());
+      cfg.normalizer = std::move(norm).value();
+      WordCountMap wc;
+      for (const auto& l : lines) sp_count_words(l, cfg, wc);
+      SpTrainReport rep;
+      auto model = unigram ? train_sp_unigram(wc, cfg, rep, {}) : train_sp_bpe(wc, cfg, rep, {});
+      REQUIRE(model.ok());
+      auto sp = SentencePieceModel::parse(model.value(), "trained");
+      REQUIRE(sp.ok());
+      std::size_t inner = 0;  // pieces with ▁ after their first character
+      for (std::size_t id = 0; id < sp.value().vocab_size(); ++id) {
+        std::string_view t = sp.value().token_text(static_cast<TokenId>(id));
+        if (t.substr(0, 3) == "<0x" || t.front() == '<') continue;
+        INFO("mode " << mode << (unigram ? " unigram " : " bpe ") << "piece " << std::string(t));
+        CHECK(sp_whitespace_valid(t, cfg));
+        if (t.find("▁", 1) != std::string_view::npos) ++inner;
+      }
+      // Each mode shows its own pieces: none with ▁ inside by default, runs of ▁ with
+      // whitespace-only pieces, pieces across words without the split.
+      INFO("mode " << mode << (unigram ? " unigram" : " bpe"));
+      if (mode == 0) CHECK(inner == 0);
+      else CHECK(inner > 0);
+    }
+  }
+}

@@ -88,7 +88,7 @@ std::pair<std::unique_ptr<Tokenizer>, std::unique_ptr<Tokenizer>> sentencepiece(
   for (std::string_view c = kCorpus; !c.empty();) {
     std::size_t nl = c.find('\n');
     sp_normalize_line(c.substr(0, nl), norm.value(), normalized);
-    sp_count_words(normalized, false, counts);
+    sp_count_words(normalized, SpBpeTrainerConfig{}, counts);
     c.remove_prefix(nl + 1);
   }
   UnigramTrainerConfig cfg;

@@ -248,6 +248,7 @@ std::vector<std::pair<TokenId, TokenId>> run_bpe_merges(MergeProblem& mp, const 
     auto b = static_cast<TokenId>(top.pair & 0xFFFFFFFFu);
     std::string joined;
     join(id_to_word[static_cast<std::size_t>(a)], id_to_word[static_cast<std::size_t>(b)], joined);
+    if (lim.allowed && !lim.allowed(joined)) continue;  // dropped; pushed again only if it gains occurrences
     TokenId nid;
     auto it = word_to_id.find(joined);
     if (it != word_to_id.end()) {

@@ -27,6 +27,9 @@ struct MergeLimits {
   std::size_t vocab_size;
   std::uint64_t min_frequency;
   std::optional<std::size_t> max_token_length;
+  // When set, a pair whose merged token it refuses is never merged (SentencePiece's piece
+  // rules); the next best pair is taken instead.
+  std::function<bool(const std::string&)> allowed = {};
 };
 
 // A pair count change made by a merge inside one word.

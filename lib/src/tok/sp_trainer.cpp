@@ -47,6 +47,8 @@ std::string model_proto(const std::vector<Piece>& pieces, const SpBpeTrainerConf
   put_varint_field(t, 4, pieces.size());
   put_float(t, 10, static_cast<float>(cfg.character_coverage));
   put_varint_field(t, 20, cfg.max_piece_chars);
+  put_varint_field(t, 22, cfg.split_by_whitespace ? 1 : 0);
+  if (cfg.allow_whitespace_only_pieces) put_varint_field(t, 26, 1);
   put_varint_field(t, 25, cfg.split_digits ? 1 : 0);
   put_varint_field(t, 35, cfg.byte_fallback ? 1 : 0);
   put_varint_field(t, 40, 0);  // unk_id
@@ -132,12 +134,13 @@ Result<std::vector<std::pair<std::string, std::uint64_t>>> kept_characters(const
   return chars;
 }
 
-// Character class for piece boundaries: digits, or a script.
-int boundary_class(std::uint32_t cp) {
-  if (text::char_class(cp) & text::kNumber) return -2;
-  return text::script_of(cp);
-}
+// Whether no piece may hold both characters of these scripts (split_by_unicode_script:
+// one script per piece; Common, which holds the digits and punctuation, and Inherited
+// count as one).
 bool is_common(int cls) { return cls == 0 /* USCRIPT_COMMON */ || cls == 1 /* USCRIPT_INHERITED */; }
+bool scripts_differ(int a, int b) { return a != b && !(is_common(a) && is_common(b)); }
+// split_digits counts ASCII digits only, as SentencePiece does.
+bool is_ascii_digit(std::uint32_t cp) { return cp >= '0' && cp <= '9'; }
 
 }  // namespace
 
@@ -162,63 +165,76 @@ void sp_normalize_line(std::string_view line, const SpNormalizer& norm, std::str
   norm.normalize(line, out);
 }
 
-void sp_count_words(std::string_view s, bool split_digits, WordCountMap& counts,
-                    const std::vector<std::string>& user_defined) {
+void sp_count_words(std::string_view s, const SpBpeTrainerConfig& cfg, WordCountMap& counts) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   std::size_t start = 0, i = 0;
-  bool in_prefix = true;  // still in the ▁ run that starts the word
+  std::size_t ws_from = 0;  // where the run of ▁ that ends at i starts (i when none)
   int cls = 0;
-  bool have_cls = false;
-  std::uint32_t prev_cp = 0;
-  auto emit = [&](std::size_t end) {
-    if (end > start) {
-      auto it = counts.find(s.substr(start, end - start));
-      if (it != counts.end()) ++it->second;
-      else counts.emplace(std::string(s.substr(start, end - start)), 1);
-    }
+  bool have_cls = false;    // a character other than ▁ since the word's start
+  bool prev_digit = false;
+  auto emit = [&](std::size_t end) {  // a word ends at `end` (nothing when it is not past the start)
+    if (end <= start) return;
+    auto it = counts.find(s.substr(start, end - start));
+    if (it != counts.end()) ++it->second;
+    else counts.emplace(std::string(s.substr(start, end - start)), 1);
     start = end;
   };
   while (i < s.size()) {
     // A user-defined symbol is a piece of its own: never part of a trained word.
     std::size_t ud = 0;
-    for (const auto& u : user_defined)
+    for (const auto& u : cfg.user_defined)
       if (u.size() > ud && s.compare(i, u.size(), u) == 0) ud = u.size();
     if (ud) {
       emit(i);
       i += ud;
-      start = i;
-      in_prefix = false;
+      start = ws_from = i;
       have_cls = false;
       continue;
     }
     if (s.compare(i, kSpace.size(), kSpace) == 0) {
-      if (!in_prefix) {
-        emit(i);
-        in_prefix = true;
+      const bool in_run = ws_from < i;
+      if (cfg.split_by_whitespace && (!cfg.allow_whitespace_only_pieces || !in_run)) {
+        emit(i);  // SentencePiece's SplitIntoWords: a ▁ starts a word
         have_cls = false;
       }
+      if (!in_run) ws_from = i;
       i += kSpace.size();
       continue;
     }
     auto c = text::decode_utf8(p, s.size(), i);
-    int k = boundary_class(c.cp);
-    bool digit = k == -2;
-    if (have_cls) {
-      bool split = false;
-      if (digit != (cls == -2)) split = true;                                   // digits apart
-      else if (digit && split_digits) split = true;                             // each digit alone
-      else if (!digit && k != cls && !is_common(k) && !is_common(cls)) split = true;  // one script
-      else if (!digit && (is_common(k) != is_common(cls))) split = true;
-      if (split) emit(i);
+    const int k = text::script_of(c.cp);
+    const bool digit = is_ascii_digit(c.cp);
+    // One script per piece; with split_digits each digit alone. No piece ends in ▁ after
+    // another character, so the ▁ before a boundary go with what follows.
+    if (cfg.split_digits && digit) {  // a piece of its own, without the ▁ before it
+      emit(ws_from);
+      emit(i);
+    } else if (have_cls && (scripts_differ(k, cls) || (cfg.split_digits && prev_digit))) {
+      emit(ws_from);
     }
-    (void)prev_cp;
-    prev_cp = c.cp;
     cls = k;
+    prev_digit = digit;
     have_cls = true;
-    in_prefix = false;
     i += c.len;
+    ws_from = i;
   }
+  // A run of ▁ at the end cannot end a piece that starts before it.
+  if (have_cls && ws_from < s.size()) emit(ws_from);
   emit(s.size());
+}
+
+bool sp_whitespace_valid(std::string_view piece, const SpBpeTrainerConfig& cfg) {
+  const auto* p = reinterpret_cast<const unsigned char*>(piece.data());
+  bool all_ws = true, inner = false, last_ws = false;  // inner: a ▁ after the first character
+  for (std::size_t k = 0; k < piece.size();) {
+    last_ws = piece.compare(k, kSpace.size(), kSpace) == 0;
+    if (last_ws && k > 0) inner = true;
+    all_ws = all_ws && last_ws;
+    k += last_ws ? kSpace.size() : text::decode_utf8(p, piece.size(), k).len;
+  }
+  if (all_ws && cfg.allow_whitespace_only_pieces) return true;
+  if (cfg.split_by_whitespace) return !inner;
+  return !(inner && last_ws);  // inside a piece, never at its end
 }
 
 namespace {
@@ -347,7 +363,10 @@ Result<std::string> train_sp_bpe(const WordCountMap& counts, const SpBpeTrainerC
   report.alphabet = kept;
   std::size_t target = cfg.vocab_size - head.size();  // characters + merges
   auto merges = run_bpe_merges(
-      mp, MergeLimits{target, std::max<std::uint64_t>(cfg.min_frequency, 1), cfg.max_piece_chars + 1}, report, progress,
+      mp,
+      MergeLimits{target, std::max<std::uint64_t>(cfg.min_frequency, 1), cfg.max_piece_chars + 1,
+                  [&cfg](const std::string& piece) { return sp_whitespace_valid(piece, cfg); }},
+      report, progress,
       [](const std::string& a, const std::string& b, std::string& out) {
         out.reserve(a.size() + b.size());
         out.append(a);
@@ -675,13 +694,10 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
       pos.push_back(base + words[wi].text.size());
     }
     first[words.size()] = pos.size();
-    // A ▁ inside a word starts no piece: ▁ only in front.
+    // Every character may start a seed (a word's end may not); seeds break no ▁ rule
+    // (sp_whitespace_valid), but a frequent substring that does still grows.
     std::vector<std::uint8_t> alive(pos.size(), 1);
-    for (std::size_t wi = 0; wi < words.size(); ++wi) {
-      alive[first[wi + 1] - 1] = 0;  // the end
-      for (std::uint64_t k = first[wi] + 1; k + 1 < first[wi + 1]; ++k)
-        if (std::string_view(buf).substr(pos[k], kSpace.size()) == kSpace) alive[k] = 0;
-    }
+    for (std::size_t wi = 0; wi < words.size(); ++wi) alive[first[wi + 1] - 1] = 0;
     std::vector<std::uint32_t> hash(pos.size());
     const int nt = std::clamp(cfg.threads, 1, 8);
     const auto nts = static_cast<std::size_t>(nt);
@@ -714,6 +730,7 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
         counted.for_each([&](std::uint64_t off, std::uint64_t n, double c) {
           if (c < static_cast<double>(min_seed)) return;
           any = true;
+          if (!sp_whitespace_valid(std::string_view(buf).substr(off, n), cfg)) return;
           // Keep the list bounded: the best seed_size of everything are among the best
           // seed_size of what has been counted so far.
           if (seed_list.size() == seed_list.capacity()) {

@@ -4,9 +4,10 @@
 // Text is normalized as the model will normalize it — NFKC (a character map written into
 // the model), NFKC with case folding, or identity as Llama 2's —, spaces become ▁ and each
 // line gets a dummy ▁ prefix; no pre-tokenization, but pieces
-// respect SentencePiece's boundaries: ▁ only at the start of a piece (a word boundary),
-// one Unicode script per piece (Hiragana and Katakana count as Han), digits apart from
-// other characters (each digit alone with split_digits), at most 16 characters.
+// respect SentencePiece's boundaries: ▁ only at the start of a piece (a word boundary;
+// see the whitespace rules below), one Unicode script per piece (Hiragana and Katakana
+// count as Han; digits are Common, as punctuation), each ASCII digit alone with
+// split_digits, at most 16 characters.
 // Characters are kept by frequency up to `character_coverage` of all characters; the
 // rest are unknown (their UTF-8 bytes with byte fallback). Merges go by pair count, ties
 // to the smaller pair of ids (SentencePiece's own trainer approximates: it only
@@ -34,6 +35,14 @@ struct SpBpeTrainerConfig {
   bool byte_fallback = true;
   bool split_digits = false;
   std::size_t max_piece_chars = 16;
+  // SentencePiece's whitespace rules (its trainer_spec fields of the same names). With
+  // split_by_whitespace ▁ is only ever the first character of a piece, and without
+  // allow_whitespace_only_pieces (spm_train's default) every ▁ starts a word; with it (as
+  // Llama 2 was trained, lmpipe's default) a run of ▁ stays one word and pieces of ▁ alone
+  // may be longer than one (▁▁▁▁, code's indentation). Without split_by_whitespace pieces
+  // may span words (▁ inside a piece, never at its end).
+  bool split_by_whitespace = true;
+  bool allow_whitespace_only_pieces = true;
   std::vector<std::string> user_defined;  // pieces matched whole in the text, never trained into
   std::vector<std::string> control;       // pieces with ids but never in text (like <s>)
   double dropout = 0;                     // BPE into a tokenizer.json: its `dropout` (a .model has none)
@@ -52,10 +61,16 @@ Result<SpNormalizer> make_sp_normalizer(std::string_view name);
 // Normalize one line (its newline dropped) as the trained model will.
 void sp_normalize_line(std::string_view line, const SpNormalizer& norm, std::string& out);
 
-// Count the words of normalized lines (split at ▁ after another character, then at
-// script and digit boundaries), for training.
-void sp_count_words(std::string_view normalized, bool split_digits, WordCountMap& counts,
-                    const std::vector<std::string>& user_defined = {});
+// Count the words of normalized lines, for training: split as SentencePiece splits them
+// (at each ▁, or at a ▁ after another character with allow_whitespace_only_pieces, or
+// not at all without split_by_whitespace), then where no piece can cross (script and
+// digit boundaries, a run of ▁ at the end, user-defined symbols).
+void sp_count_words(std::string_view normalized, const SpBpeTrainerConfig& cfg, WordCountMap& counts);
+
+// Whether a piece may be trained under cfg's whitespace rules (SentencePiece's
+// IsValidSentencePiece for ▁; the script, digit and length rules are kept by the words'
+// boundaries and the trainers' limits).
+bool sp_whitespace_valid(std::string_view piece, const SpBpeTrainerConfig& cfg);
 
 // SentencePiece's unigram training (`tok-train -m unigram`): seed pieces are the
 // frequent substrings of the words (up to 16 characters, count ≥ max(2, min_frequency),
