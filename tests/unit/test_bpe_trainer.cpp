@@ -441,3 +441,43 @@ TEST_CASE("SentencePiece trainers keep the ▁ rules in every piece (seeded)", "
     }
   }
 }
+
+TEST_CASE("SentencePiece training words cover each line once and end no word in ▁ (seeded)", "[tok][train]") {
+  std::mt19937 rng(4343);
+  const char* parts[] = {"▁", "▁", "▁▁", "a", "Z", "7", "0", "[", ",", "中", "の", "α", "é", "<u>", "\t"};
+  for (int mode = 0; mode < 6; ++mode) {
+    SpBpeTrainerConfig cfg;
+    cfg.allow_whitespace_only_pieces = mode % 3 != 0;
+    cfg.split_by_whitespace = mode % 3 != 2;
+    cfg.split_digits = mode >= 3;
+    cfg.user_defined = {"<u>"};
+    for (int l = 0; l < 400; ++l) {
+      std::string s;
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 20); k < n; ++k) s += parts[rng() % std::size(parts)];
+      WordCountMap wc;
+      sp_count_words(s, cfg, wc);
+      std::size_t bytes = 0;
+      for (const auto& [w, c] : wc) {
+        INFO("mode " << mode << " line '" << s << "' word '" << w << "'");
+        bytes += w.size() * c;
+        CHECK(s.find(w) != std::string::npos);
+        CHECK(w.find("<u>") == std::string::npos);
+        // No word ends in ▁ after another character (no piece could), and with the split
+        // no ▁ follows another character inside a word.
+        const bool ends_ws = w.size() >= 3 && w.compare(w.size() - 3, 3, "▁") == 0;
+        const bool all_ws = w.find_first_not_of("\xE2\x96\x81") == std::string::npos;
+        CHECK((!ends_ws || all_ws));
+        if (cfg.split_by_whitespace) {
+          const std::size_t first_other = w.find_first_not_of("\xE2\x96\x81");
+          if (first_other != std::string::npos) CHECK(w.find("▁", first_other) == std::string::npos);
+          if (!cfg.allow_whitespace_only_pieces) CHECK(w.find("▁▁") == std::string::npos);
+        }
+        if (cfg.split_digits && w.find_first_of("0123456789") != std::string::npos) CHECK(w.size() == 1);
+      }
+      // Every byte but the user-defined symbols' in exactly one word.
+      std::size_t ud = 0;
+      for (std::size_t p = s.find("<u>"); p != std::string::npos; p = s.find("<u>", p + 3)) ud += 3;
+      CHECK(bytes == s.size() - ud);
+    }
+  }
+}

@@ -185,6 +185,7 @@ void sp_count_words(std::string_view s, const SpBpeTrainerConfig& cfg, WordCount
     for (const auto& u : cfg.user_defined)
       if (u.size() > ud && s.compare(i, u.size(), u) == 0) ud = u.size();
     if (ud) {
+      if (have_cls) emit(ws_from);  // a run of ▁ before it ends no piece that starts earlier
       emit(i);
       i += ud;
       start = ws_from = i;
