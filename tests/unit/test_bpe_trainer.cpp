@@ -343,8 +343,7 @@ std::string sp_words(std::string_view line, const SpBpeTrainerConfig& cfg) {
   sp_count_words(line, cfg, wc);
   // Recover the order: scan the line for each word in turn.
   std::string out;
-  std::size_t at = 0, total = 0;
-  for (const auto& kv : wc) total += kv.second;
+  std::size_t at = 0;
   while (at < line.size()) {
     std::size_t best = 0;
     for (const auto& kv : wc)
