@@ -18,6 +18,7 @@ struct Options {
   std::string model = "bpe", output, format = "hf", pre_tokenizer = "gpt2", initial_alphabet, algo = "likelihood";
   bool cased = false, split_digits = false, no_byte_fallback = false;
   bool no_split_by_whitespace = false, no_whitespace_only_pieces = false;  // sp-bpe, unigram
+  bool remove_extra_whitespaces = false;                                    // sp-bpe, unigram
   std::string normalization = "nfkc";
   std::string suffix = "</w>", prefix, unk_token = "<unk>";  // char-bpe
   std::vector<std::string> user_defined, control;
@@ -137,7 +138,10 @@ const char* kExamples =
     "  # SentencePiece: Llama 2's settings (no normalization, each digit alone, runs of spaces as pieces)\n"
     "  tok-train -m sp-bpe --vocab-size 32000 --normalization identity --split-digits -o llama.model corpus.txt\n"
     "  tok-train -m unigram --vocab-size 8000 -o uni.model corpus.txt  # spm_encode reads it\n"
-    "  tok-train -m unigram --no-split-by-whitespace -o phrases.model corpus.txt  # pieces across words (▁of▁the)";
+    "  tok-train -m unigram --no-split-by-whitespace -o phrases.model corpus.txt  # pieces across words (▁of▁the)\n"
+    "  # spm_train's defaults: nmt_nfkc, extra spaces removed, every ▁ starting a piece\n"
+    "  tok-train -m unigram --vocab-size 8000 --normalization nmt_nfkc --remove-extra-whitespaces \\\n"
+    "            --no-whitespace-only-pieces -o t5like.model corpus.txt";
 
 // The end-of-training report on stderr.
 void report(const Options& o, const tok::TrainReport& rep, std::size_t vocab,
@@ -191,7 +195,7 @@ Status train_sp(const Options& o, std::chrono::steady_clock::time_point t0) {
   std::string chunk, norm;
   std::uint64_t bytes = 0, lines = 0;
   tok::UnigramTrainerConfig cfg;
-  LMP_ASSIGN(cfg.normalizer, tok::make_sp_normalizer(o.normalization));
+  LMP_ASSIGN(cfg.normalizer, tok::make_sp_normalizer(o.normalization, o.remove_extra_whitespaces));
   cfg.vocab_size = o.vocab_size;
   cfg.min_frequency = o.min_frequency;
   cfg.character_coverage = o.character_coverage;
@@ -287,10 +291,11 @@ int main(int argc, char** argv) {
                  "sp-bpe, unigram: a piece with an id that never comes from text, like <s> (repeatable)")
       ->allow_extra_args(false);
   app.add_option("--normalization", o.normalization,
-                 "sp-bpe, unigram: nfkc (default), nfkc_cf (NFKC and case folding) or identity (as Llama 2); "
-                 "char-bpe: bert (default: HF's BertNormalizer, cased), bert-uncased (also lowercase and strip "
-                 "accents, as the original GPT) or identity")
-      ->check(CLI::IsMember({"nfkc", "nfkc_cf", "identity", "bert", "bert-uncased"}));
+                 "sp-bpe, unigram: nfkc (default), nfkc_cf (NFKC and case folding), nmt_nfkc and nmt_nfkc_cf "
+                 "(spm_train's default: also control characters dropped, tabs and invisible separators made "
+                 "spaces) or identity (as Llama 2); char-bpe: bert (default: HF's BertNormalizer, cased), "
+                 "bert-uncased (also lowercase and strip accents, as the original GPT) or identity")
+      ->check(CLI::IsMember({"nfkc", "nfkc_cf", "nmt_nfkc", "nmt_nfkc_cf", "identity", "bert", "bert-uncased"}));
   app.add_option("--suffix", o.suffix,
                  "char-bpe: end_of_word_suffix, on the last character of every word ('</w>', the default, as the "
                  "original GPT; '' for none)");
@@ -305,6 +310,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-whitespace-only-pieces", o.no_whitespace_only_pieces,
                "sp-bpe, unigram: every space starts a piece, so a run of spaces is that many ▁ pieces (spm_train's "
                "default; without it runs of spaces form pieces such as ▁▁▁▁, as in Llama 2)");
+  app.add_flag("--remove-extra-whitespaces", o.remove_extra_whitespaces,
+               "sp-bpe, unigram: no spaces at either end of a line, a run of them one space, in training and in "
+               "the model's encoding (spm_train's default; without it spaces are kept, as in Llama 2)");
   app.add_flag("--no-split-by-whitespace", o.no_split_by_whitespace,
                "sp-bpe, unigram: pieces may span words (▁ inside a piece, never at its end: ▁of▁the); "
                "spm_train's split_by_whitespace=false");
@@ -404,11 +412,9 @@ int main(int argc, char** argv) {
                               " or an HF tokenizer.json (*.json)");
       return train_sp(o, t0);
     }
-    if (app.count("--character-coverage") || o.no_byte_fallback || !o.user_defined.empty() || !o.control.empty() ||
-        o.no_whitespace_only_pieces || o.no_split_by_whitespace)
-      throw cli::UsageError(
-          "--character-coverage, --no-byte-fallback, --user-defined-symbol, --control-symbol, "
-          "--no-whitespace-only-pieces and --no-split-by-whitespace are for -m sp-bpe and unigram");
+    for (const char* opt : {"--character-coverage", "--no-byte-fallback", "--user-defined-symbol", "--control-symbol",
+                            "--no-whitespace-only-pieces", "--no-split-by-whitespace", "--remove-extra-whitespaces"})
+      if (app.count(opt)) throw cli::UsageError(std::string(opt) + " is for -m sp-bpe and unigram");
     if (char_bpe(o)) {
       if (!app.count("--normalization") && !count->count("--normalization")) o.normalization = "bert";
       else if (!bert_norm && o.normalization != "identity")

@@ -43,6 +43,14 @@ check "sp-bpe: the .json and the .model give the same ids" "$work/model.ids" "$w
 # A unigram model written as an HF Unigram tokenizer.json: HF and tok-encode agree.
 "$bin/tok-train" -q -m unigram --vocab-size 800 -o "$work/uni.json" "$text" || fail=1
 compare "unigram tokenizer.json" "$work/uni.json" "$text" lossy
+# spm_train's defaults: nmt_nfkc (tabs to spaces, controls dropped) and extra whitespace
+# removed, written as Replace steps (\A +| +\z, then " {2,}"): HF reads them as tok-encode.
+printf '\t tabs\tand  runs   of spaces\001 and controls  \n   \n\342\200\213zero width\357\273\277 and BOM \n' >>"$text"
+for m in sp-bpe unigram; do
+  "$bin/tok-train" -q -m $m --vocab-size 800 --normalization nmt_nfkc --remove-extra-whitespaces \
+    -o "$work/nmt-$m.json" "$text" || fail=1
+  compare "$m tokenizer.json, nmt_nfkc and extra whitespace removed" "$work/nmt-$m.json" "$text" lossy
+done
 
 if have_data; then
   head -n 2000 "$data/slices/en_1M.txt" >"$work/en.txt"

@@ -291,10 +291,11 @@ TEST_CASE("SentencePiece unigram: draws among the n best (spm's nbest_size) have
 }
 
 #include "lmpipe/tok/sp_charsmap.h"
+#include "lmpipe/tok/sp_trainer.h"
 
 TEST_CASE("NFKC character map: every character mapped alone", "[tok][spm][charsmap]") {
   SpNormalizer n;
-  REQUIRE(n.load_charsmap(build_charsmap(false), "nfkc").ok());
+  REQUIRE(n.load_charsmap(build_charsmap(CharsmapRule::nfkc), "nfkc").ok());
   std::string out;
   n.apply_charsmap("a\xC2\xA0\xC2\xA0" "b", out);  // two no-break spaces: two spaces, not one
   CHECK(out == "a  b");
@@ -304,15 +305,68 @@ TEST_CASE("NFKC character map: every character mapped alone", "[tok][spm][charsm
   CHECK(out == "plain ascii, 中文");
   n.apply_charsmap("cafe\xCC\x81", out);  // e + combining acute: composed, as NFKC does
   CHECK(out == "caf\xC3\xA9");
+  n.apply_charsmap("a\xCD\x80", out);  // a + U+0340 (U+0300's singleton): composed too
+  CHECK(out == "\xC3\xA0");
+  auto spm_n = make_sp_normalizer("nfkc");  // SentencePiece's longest match: Kelvin sign + acute → Ḱ
+  REQUIRE(spm_n.ok());
+  sp_normalize_line("\xE2\x84\xAA\xCC\x81", spm_n.value(), out);
+  CHECK(out == "▁\xE1\xB8\xB0");
+  n.apply_charsmap("a\tb\x01 c\xEF\xBD\x9E", out);  // plain NFKC keeps tabs and control characters
+  CHECK(out == "a\tb\x01 c~");
+  // nfkc_cf as SentencePiece's: NFKC, then simple case folding (ẞ → ß, ß and İ stay,
+  // ᾈ → ᾀ), nothing dropped (U+3164 is NFKC's U+1160, not removed as NFKC_Casefold does).
   SpNormalizer cf;
-  REQUIRE(cf.load_charsmap(build_charsmap(true), "nfkc_cf").ok());
-  cf.apply_charsmap("Straße ΣΑΣ", out);
-  CHECK(out == "strasse σασ");
+  REQUIRE(cf.load_charsmap(build_charsmap(CharsmapRule::nfkc_cf), "nfkc_cf").ok());
+  cf.apply_charsmap("Straße STRAẞE ΣΑΣ İ ᾈ \xE3\x85\xA4 Ｋ", out);
+  CHECK(out == "straße straße σασ İ ᾀ \xE1\x85\xA0 k");
+  // A + U+0301: SentencePiece matches the longest rule (composed, then folded); HF's
+  // Precompiled takes the shortest rule that starts the cluster (A → a) for all of it.
+  auto spm_cf = make_sp_normalizer("nfkc_cf");
+  REQUIRE(spm_cf.ok());
+  sp_normalize_line("A\xCC\x81", spm_cf.value(), out);
+  CHECK(out == "▁\xC3\xA1");
+  cf.apply_charsmap("A\xCC\x81", out);
+  CHECK(out == "a");
+}
+
+TEST_CASE("nmt_nfkc character map: SentencePiece's rules for controls and separators", "[tok][spm][charsmap]") {
+  SpNormalizer n;
+  REQUIRE(n.load_charsmap(build_charsmap(CharsmapRule::nmt_nfkc), "nmt_nfkc").ok());
+  std::string out;
+  n.apply_charsmap("a\tb\x01\x1F c\r\x0C", out);  // tab, CR, form feed: a space; controls: dropped
+  CHECK(out == "a b c  ");
+  n.apply_charsmap("x\xE2\x80\x8By\xEF\xBB\xBFz\xEF\xBF\xBD!", out);  // U+200B, U+FEFF, U+FFFD: a space
+  CHECK(out == "x y z !");
+  n.apply_charsmap("\xEF\xBD\x9E \xEF\xBC\xA6\xE2\x80\x8D", out);  // full-width tilde kept, Ｆ folded, ZWJ kept
+  CHECK(out == "\xEF\xBD\x9E F\xE2\x80\x8D");
+  n.apply_charsmap("\xC2\x85\xC2\x80", out);  // NEL and U+0080 are not among its controls
+  CHECK(out == "\xC2\x85\xC2\x80");
+  SpNormalizer cf;
+  REQUIRE(cf.load_charsmap(build_charsmap(CharsmapRule::nmt_nfkc_cf), "nmt_nfkc_cf").ok());
+  cf.apply_charsmap("Ａ\tẞ\x7F\xE2\x80\x8C", out);
+  CHECK(out == "a ß ");
+  CHECK(charsmap_rule("nmt_nfkc") == CharsmapRule::nmt_nfkc);
+  CHECK(!charsmap_rule("nfkd").has_value());
+}
+
+TEST_CASE("Trained normalizer: remove_extra_whitespaces as spm_train's", "[tok][spm][charsmap]") {
+  auto n = make_sp_normalizer("nmt_nfkc", true);
+  REQUIRE(n.ok());
+  std::string out;
+  sp_normalize_line("  a \t b\xE3\x80\x80\xE3\x80\x80" "c  \r\n", n.value(), out);  // ideographic spaces fold to ' '
+  CHECK(out == "▁a▁b▁c");
+  sp_normalize_line(" \t ", n.value(), out);
+  CHECK(out.empty());
+  auto keep = make_sp_normalizer("nmt_nfkc", false);
+  REQUIRE(keep.ok());
+  sp_normalize_line("  a \t b", keep.value(), out);
+  CHECK(out == "▁▁▁a▁▁▁b");
+  CHECK(!make_sp_normalizer("nfkd").ok());
 }
 
 TEST_CASE("NFKC character map: applied per grapheme cluster, as HF's Precompiled normalizer", "[tok][spm][charsmap]") {
   SpNormalizer n;
-  REQUIRE(n.load_charsmap(build_charsmap(false), "nfkc").ok());
+  REQUIRE(n.load_charsmap(build_charsmap(CharsmapRule::nfkc), "nfkc").ok());
   std::string out;
   std::vector<text::SourceSpan> src;
   // A cluster under 6 bytes that a rule starts is replaced whole: what follows is dropped.

@@ -313,6 +313,11 @@ bool is_assigned(std::uint32_t cp) {
   return cp < kInvalidBase && u_charType(static_cast<UChar32>(cp)) != U_UNASSIGNED;
 }
 
+std::uint32_t simple_case_fold(std::uint32_t cp) {
+  if (cp >= kInvalidBase) return cp;
+  return static_cast<std::uint32_t>(u_foldCase(static_cast<UChar32>(cp), U_FOLD_CASE_DEFAULT));
+}
+
 }  // namespace lmp::text
 
 namespace lmp::text {

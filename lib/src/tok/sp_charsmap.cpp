@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "lmpipe/text/unicode.h"
@@ -38,41 +40,121 @@ struct Key {
 
 }  // namespace
 
-std::string build_charsmap(bool case_fold) {
+std::optional<CharsmapRule> charsmap_rule(std::string_view name) {
+  if (name == "nfkc") return CharsmapRule::nfkc;
+  if (name == "nfkc_cf") return CharsmapRule::nfkc_cf;
+  if (name == "nmt_nfkc") return CharsmapRule::nmt_nfkc;
+  if (name == "nmt_nfkc_cf") return CharsmapRule::nmt_nfkc_cf;
+  return std::nullopt;
+}
+
+std::string build_charsmap(CharsmapRule rule) {
+  const bool case_fold = rule == CharsmapRule::nfkc_cf || rule == CharsmapRule::nmt_nfkc_cf;
+  const bool nmt = rule == CharsmapRule::nmt_nfkc || rule == CharsmapRule::nmt_nfkc_cf;
+  // The form of a string: NFKC, then each code point simply case-folded.
+  std::string folded;
+  auto form = [&](const std::string& s) {
+    std::string n = text::normalize(s, text::NormalForm::nfkc);
+    if (!case_fold) return n;
+    folded.clear();
+    const auto* p = reinterpret_cast<const unsigned char*>(n.data());
+    for (std::size_t i = 0; i < n.size();) {
+      text::CodePoint c = text::decode_utf8(p, n.size(), i);
+      text::append_utf8(folded, text::simple_case_fold(c.cp));
+      i += c.len;
+    }
+    return folded;
+  };
+  // nmt_nfkc's own rules for single code points (SentencePiece's nmt_nfkc, as spm_train
+  // builds it): control characters dropped, line breaks, tabs, zero-width and other
+  // invisible separators to a space, and the full-width tilde kept (Japanese wave dash).
+  auto nmt_rule = [](std::uint32_t cp) -> std::optional<std::string> {
+    if ((cp >= 0x01 && cp <= 0x08) || cp == 0x0B || (cp >= 0x0E && cp <= 0x1F) || cp == 0x7F || cp == 0x8F ||
+        cp == 0x9F)
+      return std::string();
+    switch (cp) {
+      case 0x09: case 0x0A: case 0x0C: case 0x0D: case 0x1680: case 0x200B: case 0x200C: case 0x200E:
+      case 0x200F: case 0x2028: case 0x2029: case 0xFEFF: case 0xFFFD:
+        return std::string(" ");
+      case 0xFF5E:
+        return std::string("\xEF\xBD\x9E");  // itself: no rule
+      default:
+        return std::nullopt;
+    }
+  };
+
   // 1. Rules, and the pool of replacements.
   std::vector<Key> keys;
   std::string pool;
   std::string ch;
+  auto add = [&](const std::string& from, const std::string& to) {
+    keys.push_back({from, static_cast<std::uint32_t>(pool.size())});
+    pool += to;
+    pool += '\0';
+  };
   for (std::uint32_t cp = 1; cp <= 0x10FFFF; ++cp) {
-    // Unassigned code points: NFKC leaves them (NFKC_Casefold drops the reserved
-    // default-ignorable ones, so with case folding every code point is asked).
-    if ((cp >= 0xD800 && cp <= 0xDFFF) || (!case_fold && !text::is_assigned(cp))) continue;
+    // Unassigned code points: neither NFKC nor simple case folding changes them.
+    if ((cp >= 0xD800 && cp <= 0xDFFF) || !text::is_assigned(cp)) continue;
     ch.clear();
     text::append_utf8(ch, cp);
-    std::string n = text::normalize(ch, case_fold ? text::NormalForm::nfkc_cf : text::NormalForm::nfkc);
-    if (n == ch) continue;
-    keys.push_back({ch, static_cast<std::uint32_t>(pool.size())});
-    pool += n;
-    pool += '\0';
+    std::optional<std::string> n = nmt ? nmt_rule(cp) : std::nullopt;
+    if (!n) n = form(ch);
+    if (*n != ch) add(ch, *n);
   }
   // Sequences that compose: the canonical decomposition of each precomposed character
-  // (e + U+0301, Hangul jamo) maps to that character's normal form, so a letter followed
-  // by its combining accent becomes one character, as NFKC makes it.
-  std::string nf;
+  // (e + U+0301, Hangul jamo) maps to that character's form, so a letter followed by its
+  // combining accent becomes one character, as NFKC makes it; so do the decomposition's
+  // variants with a character that decomposes to one of its parts alone (K for K, U+0340
+  // for U+0300: the Kelvin sign and an acute make Ḱ), as in SentencePiece's maps.
+  struct Composite {
+    std::uint32_t cp;
+    std::vector<std::uint32_t> parts;
+  };
+  std::vector<Composite> composites;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> singletons;  // (part, character that decomposes to it alone)
+  std::string d;
   for (std::uint32_t cp = 0xA0; cp <= 0x10FFFF; ++cp) {
     if ((cp >= 0xD800 && cp <= 0xDFFF) || !text::is_assigned(cp)) continue;
     ch.clear();
     text::append_utf8(ch, cp);
-    std::string d = text::normalize(ch, text::NormalForm::nfd);
-    // (Under 6 bytes: HF's Precompiled normalizer only looks up whole graphemes that
-    // short, so longer sequences, such as three-byte Hangul jamo pairs, would split the
-    // two implementations.)
-    if (d == ch || text::count_chars(d) < 2 || d.size() >= 6) continue;
-    nf = text::normalize(ch, case_fold ? text::NormalForm::nfkc_cf : text::NormalForm::nfkc);
-    if (nf == d) continue;
-    keys.push_back({d, static_cast<std::uint32_t>(pool.size())});
-    pool += nf;
-    pool += '\0';
+    d = text::normalize(ch, text::NormalForm::nfd);
+    if (d == ch) continue;
+    std::vector<std::uint32_t> parts;
+    const auto* p = reinterpret_cast<const unsigned char*>(d.data());
+    for (std::size_t i = 0; i < d.size();) {
+      text::CodePoint c = text::decode_utf8(p, d.size(), i);
+      parts.push_back(c.cp);
+      i += c.len;
+    }
+    if (parts.size() == 1) singletons.emplace_back(parts[0], cp);
+    else composites.push_back({cp, std::move(parts)});
+  }
+  std::sort(singletons.begin(), singletons.end());
+  std::vector<std::uint32_t> alt;
+  std::string seq;
+  for (const Composite& c : composites) {
+    ch.clear();
+    text::append_utf8(ch, c.cp);
+    const std::string nf = form(ch);
+    // Every choice, at each part, of the part itself or a character decomposing to it.
+    std::vector<std::vector<std::uint32_t>> choices;
+    for (std::uint32_t part : c.parts) {
+      choices.push_back({part});
+      auto it = std::lower_bound(singletons.begin(), singletons.end(), std::make_pair(part, std::uint32_t{0}));
+      for (; it != singletons.end() && it->first == part; ++it) choices.back().push_back(it->second);
+    }
+    std::vector<std::size_t> pick(choices.size(), 0);
+    for (;;) {
+      seq.clear();
+      for (std::size_t k = 0; k < pick.size(); ++k) text::append_utf8(seq, choices[k][pick[k]]);
+      // (Under 6 bytes: HF's Precompiled normalizer only looks up whole graphemes that
+      // short, so longer sequences, such as three-byte Hangul jamo pairs, would split the
+      // two implementations.)
+      if (seq.size() < 6 && nf != seq) add(seq, nf);
+      std::size_t k = 0;
+      while (k < pick.size() && ++pick[k] == choices[k].size()) pick[k++] = 0;
+      if (k == pick.size()) break;
+    }
   }
   std::stable_sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) { return a.bytes < b.bytes; });
   keys.erase(std::unique(keys.begin(), keys.end(), [](const Key& a, const Key& b) { return a.bytes == b.bytes; }),

@@ -60,7 +60,7 @@ std::string model_proto(const std::vector<Piece>& pieces, const SpBpeTrainerConf
   put_bytes(n, 1, cfg.normalizer.name);
   if (!cfg.normalizer.charsmap.empty()) put_bytes(n, 2, cfg.normalizer.charsmap);
   put_varint_field(n, 3, 1);  // add_dummy_prefix
-  put_varint_field(n, 4, 0);  // remove_extra_whitespaces: keep spaces as they are
+  put_varint_field(n, 4, cfg.normalizer.remove_extra_whitespaces ? 1 : 0);
   put_varint_field(n, 5, 1);  // escape_whitespaces
   put_bytes(o, 3, n);
   return o;
@@ -144,18 +144,19 @@ bool is_ascii_digit(std::uint32_t cp) { return cp >= '0' && cp <= '9'; }
 
 }  // namespace
 
-Result<SpNormalizer> make_sp_normalizer(std::string_view name) {
+Result<SpNormalizer> make_sp_normalizer(std::string_view name, bool remove_extra_whitespaces) {
   SpNormalizer n;
   n.add_dummy_prefix = true;
-  n.remove_extra_whitespaces = false;
+  n.remove_extra_whitespaces = remove_extra_whitespaces;
   n.escape_whitespaces = true;
   if (name == "identity") {
     n.name = "identity";
-  } else if (name == "nfkc" || name == "nfkc_cf") {
+  } else if (auto rule = charsmap_rule(name)) {
     n.name = std::string(name);
-    LMP_TRY(n.load_charsmap(build_charsmap(name == "nfkc_cf"), "charsmap"));
+    LMP_TRY(n.load_charsmap(build_charsmap(*rule), "charsmap"));
   } else {
-    return make_error(Errc::invalid_argument, "unknown normalization '{}' (nfkc, nfkc_cf, identity)", name);
+    return make_error(Errc::invalid_argument,
+                      "unknown normalization '{}' (nfkc, nfkc_cf, nmt_nfkc, nmt_nfkc_cf, identity)", name);
   }
   return n;
 }
@@ -263,6 +264,12 @@ std::string hf_sp_json_head(const std::vector<Piece>& pieces, const SpBpeTrainer
     str(o, base64_encode(cfg.normalizer.charsmap));
     o += "},";
   }
+  // remove_extra_whitespaces: no spaces at either end, a run of them one space (as the
+  // ASCII spaces that SentencePiece's normalizer folds, nothing else; \A and \z, since ^
+  // and $ are line anchors in HF's Oniguruma).
+  if (cfg.normalizer.remove_extra_whitespaces)
+    o += R"({"type":"Replace","pattern":{"Regex":"\\A +| +\\z"},"content":""},)"
+         R"({"type":"Replace","pattern":{"Regex":" {2,}"},"content":" "},)";
   o += R"({"type":"Prepend","prepend":"▁"},{"type":"Replace","pattern":{"String":" "},"content":"▁"}]},)";
   o += R"("pre_tokenizer":null,"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},)"
        R"({"Sequence":{"id":"A","type_id":0}}],"pair":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}},)"

@@ -77,6 +77,10 @@ void append_lower(std::string& out, std::uint32_t cp);
 // Whether Unicode assigns the code point (ICU's version of it).
 bool is_assigned(std::uint32_t cp);
 
+// Simple case folding of one code point (CaseFolding.txt's C and S mappings, one code
+// point to one: 'ẞ' → 'ß', 'ᾈ' → 'ᾀ'; 'ß' and 'İ' stay), as SentencePiece's *_cf rules fold.
+std::uint32_t simple_case_fold(std::uint32_t cp);
+
 // The Unicode script of a code point (ICU's UScriptCode), with Hiragana, Katakana and
 // the prolonged sound mark folded into Han, as SentencePiece counts scripts.
 int script_of(std::uint32_t cp);

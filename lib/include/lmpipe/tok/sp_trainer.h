@@ -54,9 +54,11 @@ struct SpTrainReport : TrainReport {
   double coverage = 0;  // share of character occurrences covered by the kept characters
 };
 
-// The normalizer of a model to train: "nfkc" (default), "nfkc_cf" (NFKC and case folding)
-// or "identity"; spaces kept as they are, ▁ escaping, a dummy prefix.
-Result<SpNormalizer> make_sp_normalizer(std::string_view name);
+// The normalizer of a model to train: a character map by SentencePiece's name ("nfkc",
+// "nfkc_cf", "nmt_nfkc", "nmt_nfkc_cf"; see sp_charsmap.h) or "identity"; ▁ escaping, a
+// dummy prefix, and spaces kept as they are unless `remove_extra_whitespaces` (spm_train's
+// default: no spaces at either end, a run of them one space).
+Result<SpNormalizer> make_sp_normalizer(std::string_view name, bool remove_extra_whitespaces = false);
 
 // Normalize one line (its newline dropped) as the trained model will.
 void sp_normalize_line(std::string_view line, const SpNormalizer& norm, std::string& out);
