@@ -37,6 +37,14 @@ done
 compare "sp-bpe tokenizer.json (Precompiled NFKC map, byte fallback)" "$work/sp.json" "$text"
 "$bin/tok-train" -q -m unigram --vocab-size 800 -o "$work/uni.json" "$text" || fail=1
 compare "unigram tokenizer.json" "$work/uni.json" "$text"
+# spm_train's defaults: nmt_nfkc and extra whitespace removed (Replace steps, read fast).
+printf '\t tabs\tand  runs   of spaces\001 and controls  \n\342\200\213zero width\357\273\277 and BOM \n' >"$work/ws.txt"
+cat "$text" "$work/ws.txt" >"$work/text_ws.txt"
+for m in sp-bpe unigram; do
+  "$bin/tok-train" -q -m $m --vocab-size 800 --normalization nmt_nfkc --remove-extra-whitespaces \
+    -o "$work/nmt-$m.json" "$work/text_ws.txt" || fail=1
+  compare "$m tokenizer.json, nmt_nfkc and extra whitespace removed" "$work/nmt-$m.json" "$work/text_ws.txt"
+done
 "$bin/tok-train" -q -m wordpiece --vocab-size 800 -o "$work/wp.json" "$text" || fail=1
 compare "wordpiece tokenizer.json" "$work/wp.json" "$text"
 

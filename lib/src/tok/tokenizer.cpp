@@ -51,6 +51,7 @@ Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vect
       metaspace_never_(spec.metaspace_never),
       metaspace_strip_(spec.metaspace_strip),
       charsmap_(std::move(spec.charsmap)),
+      squeeze_spaces_(spec.squeeze_spaces),
       decoder_(spec.decoder),
       decode_steps_(std::move(spec.decode_steps)),
       template_prefix_(std::move(spec.template_prefix)),
@@ -71,7 +72,7 @@ Tokenizer::Tokenizer(std::unique_ptr<Model> model, TokenizerSpec spec, std::vect
   // same way. That differs from matching the input only when a normalizer runs: for a
   // SentencePiece-style file, one before the Metaspace pre-tokenizer, or the Prepend "▁"
   // and Replace " " → "▁" normalizers themselves (a token's content then starts with ▁).
-  const bool split_normalized = metaspace_ ? !metaspace_if_missing_ || chain_ || charsmap_
+  const bool split_normalized = metaspace_ ? !metaspace_if_missing_ || chain_ || charsmap_ || squeeze_spaces_
                                            : bert_ || chain_ || norm_ != Normalization::none;
   std::string norm;
   for (const auto& a : added_) {
@@ -529,10 +530,32 @@ std::string_view Tokenizer::sp_normalizers(std::string_view in, std::string& buf
   }
   if (charsmap_) {
     charsmap_->apply_charsmap(in, buf, src);
-    return buf;
+  } else if (squeeze_spaces_) {
+    buf.assign(in);
+    if (src) identity_sources(in.size(), *src);
+  } else {
+    if (src) identity_sources(in.size(), *src);
+    return in;
   }
-  if (src) identity_sources(in.size(), *src);
-  return in;
+  if (squeeze_spaces_) {
+    // Drop the spaces at the start, keep one of each run (its source the run's last
+    // space's, as HF aligns a Replace's result with the end of its match), drop the end's.
+    std::size_t w = 0;
+    for (std::size_t r = 0; r < buf.size(); ++r) {
+      if (buf[r] == ' ' && w == 0) continue;
+      if (buf[r] == ' ' && buf[w - 1] == ' ') {
+        if (src) (*src)[w - 1] = (*src)[r];
+        continue;
+      }
+      buf[w] = buf[r];
+      if (src) (*src)[w] = (*src)[r];
+      ++w;
+    }
+    while (w > 0 && buf[w - 1] == ' ') --w;
+    buf.resize(w);
+    if (src) src->resize(w);
+  }
+  return buf;
 }
 
 void Tokenizer::run_normalizer(std::string_view in, std::string& out, std::vector<SourceSpan>* src) const {

@@ -732,15 +732,25 @@ Status parse_sp_style_front(json::Value root, TokenizerSpec& spec, bool& split, 
   std::vector<NormStep> steps;
   LMP_TRY(normalizer_steps(root.get("normalizer"), steps));
   using K = NormStep::Kind;
-  std::size_t k = !steps.empty() && steps[0].kind == K::precompiled ? 1 : 0;
+  const bool precompiled = !steps.empty() && steps[0].kind == K::precompiled;
+  std::size_t k = precompiled ? 1 : 0;
+  // tok-train's remove_extra_whitespaces (SentencePiece's): Replace `\A +| +\z` → "", then
+  // ` {2,}` → " ", right after the map.
+  auto is_regex = [](const NormStep& st, std::string_view pattern, std::string_view content) {
+    return st.kind == K::replace && st.regex && st.pattern == pattern && st.content == content;
+  };
+  const bool squeeze = steps.size() >= k + 2 && is_regex(steps[k], R"(\A +| +\z)", "") &&
+                       is_regex(steps[k + 1], " {2,}", " ");
   auto is_prepend = [](const NormStep& st) { return st.kind == K::prepend && st.content == kMetaspace; };
   auto is_replace = [](const NormStep& st) {
     return st.kind == K::replace && !st.regex && st.pattern == " " && st.content == kMetaspace;
   };
   split = false;
-  if (pre.is_null() && steps.size() == k + 2 &&
-      ((is_prepend(steps[k]) && is_replace(steps[k + 1])) || (is_replace(steps[k]) && is_prepend(steps[k + 1])))) {
-    if (k) spec.charsmap = steps[0].charsmap;
+  const std::size_t m = k + (squeeze ? 2 : 0);
+  if (pre.is_null() && steps.size() == m + 2 &&
+      ((is_prepend(steps[m]) && is_replace(steps[m + 1])) || (is_replace(steps[m]) && is_prepend(steps[m + 1])))) {
+    if (precompiled) spec.charsmap = steps[0].charsmap;
+    spec.squeeze_spaces = squeeze;
     spec.metaspace = true;
     return {};
   }

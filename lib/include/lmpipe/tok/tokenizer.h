@@ -90,6 +90,9 @@ struct TokenizerSpec {
   bool metaspace_strip = true;
   // HF's Precompiled normalizer (a SentencePiece character map), applied first.
   std::shared_ptr<const SpNormalizer> charsmap;
+  // Then SentencePiece's remove_extra_whitespaces as tok-train writes it, HF's Replace
+  // steps `\A +| +\z` → "" and ` {2,}` → " ": no spaces at either end, a run of them one.
+  bool squeeze_spaces = false;
   Decoder decoder = Decoder::byte_level;
   std::vector<DecodeStep> decode_steps;  // (Decoder::chain)
   // Added around every sequence by --add-special (HF's TemplateProcessing "single").
@@ -310,6 +313,7 @@ class Tokenizer {
   bool metaspace_never_ = false;
   bool metaspace_strip_ = true;
   std::shared_ptr<const SpNormalizer> charsmap_;
+  bool squeeze_spaces_ = false;
   Decoder decoder_ = Decoder::byte_level;
   std::vector<DecodeStep> decode_steps_;
   std::vector<TokenId> template_prefix_, template_suffix_;
