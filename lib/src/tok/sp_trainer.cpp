@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <unordered_set>
 
 #include "lmpipe/text/unicode.h"
 #include "lmpipe/core/base64.h"
@@ -91,22 +90,29 @@ constexpr std::uint64_t kCountLimit = std::uint64_t{1} << 61;
 Result<std::vector<std::pair<std::string, std::uint64_t>>> kept_characters(const WordCountMap& counts,
                                                                           const SpBpeTrainerConfig& cfg,
                                                                           std::size_t head, SpTrainReport& report) {
-  std::unordered_map<std::string, std::uint64_t> freq;
+  // Counts by code point (an invalid byte after them: text::kInvalidBase + byte), each
+  // character's UTF-8 being the one form of its code point.
+  std::vector<std::uint64_t> freq(text::kInvalidBase + 256, 0);
   std::uint64_t total = 0;
   for (const auto& [w, c] : counts) {
     const auto* p = reinterpret_cast<const unsigned char*>(w.data());
     for (std::size_t i = 0; i < w.size();) {
-      std::size_t n = text::decode_utf8(p, w.size(), i).len;
+      text::CodePoint ch = text::decode_utf8(p, w.size(), i);
       if (c > kCountLimit - total)
         return make_error(Errc::out_of_range,
                           "word counts too large: count x characters, summed over the words, passes 2^61, where "
                           "the 64-bit counts of the merge loop could overflow");
-      freq[w.substr(i, n)] += c;
+      freq[ch.cp] += c;
       total += c;
-      i += n;
+      i += ch.len;
     }
   }
-  std::vector<std::pair<std::string, std::uint64_t>> chars(freq.begin(), freq.end());
+  std::vector<std::pair<std::string, std::uint64_t>> chars;
+  for (std::uint32_t cp = 0; cp < freq.size(); ++cp)
+    if (freq[cp]) {
+      chars.emplace_back(std::string(), freq[cp]);
+      text::append_utf8(chars.back().first, cp);
+    }
   std::sort(chars.begin(), chars.end(), [](const auto& a, const auto& b) {
     return a.second != b.second ? a.second > b.second : a.first < b.first;
   });
@@ -630,38 +636,47 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
   std::vector<Piece> head = head_pieces(cfg);
   LMP_ASSIGN(auto chars, kept_characters(counts, cfg, head.size(), report));
   const std::size_t kept = chars.size();
-  std::unordered_set<std::string_view> keep_chars;
-  for (const auto& c : chars) keep_chars.insert(c.first);
+  std::vector<bool> keep_chars(text::kInvalidBase + 256, false);  // by code point, as kept_characters counts
+  for (const auto& c : chars)
+    keep_chars[text::decode_utf8(reinterpret_cast<const unsigned char*>(c.first.data()), c.first.size(), 0).cp] = true;
 
   // Words: split where a character is not kept (no piece may contain it); sorted, back
   // to back in one buffer.
   std::string buf;
   std::vector<UWord> words;
   {
-    std::unordered_map<std::string, double> wc;
+    // The pieces of the words between dropped characters, as views of the counts' keys,
+    // sorted and the equal ones added up (counts are whole numbers: exact in any order).
+    std::vector<std::pair<std::string_view, double>> parts;
+    parts.reserve(counts.size());
     for (const auto& [w, c] : counts) {
       const auto* p = reinterpret_cast<const unsigned char*>(w.data());
+      const std::string_view ws(w);
       std::size_t start = 0;
       for (std::size_t i = 0; i < w.size();) {
-        std::size_t n = text::decode_utf8(p, w.size(), i).len;
-        if (!keep_chars.count(std::string_view(w).substr(i, n))) {
-          if (i > start) wc[w.substr(start, i - start)] += static_cast<double>(c);
-          start = i + n;
+        text::CodePoint ch = text::decode_utf8(p, w.size(), i);
+        if (!keep_chars[ch.cp]) {
+          if (i > start) parts.emplace_back(ws.substr(start, i - start), static_cast<double>(c));
+          start = i + ch.len;
         }
-        i += n;
+        i += ch.len;
       }
-      if (w.size() > start) wc[w.substr(start)] += static_cast<double>(c);
+      if (w.size() > start) parts.emplace_back(ws.substr(start), static_cast<double>(c));
     }
-    std::vector<std::pair<std::string, double>> sorted(std::make_move_iterator(wc.begin()), std::make_move_iterator(wc.end()));
-    wc = {};
-    std::sort(sorted.begin(), sorted.end());
+    std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (n > 0 && parts[n - 1].first == parts[i].first) parts[n - 1].second += parts[i].second;
+      else parts[n++] = parts[i];
+    }
+    parts.resize(n);
     std::size_t total = 0;
-    for (const auto& w : sorted) total += w.first.size();
+    for (const auto& w : parts) total += w.first.size();
     buf.reserve(total);
-    for (const auto& w : sorted) buf += w.first;
-    words.reserve(sorted.size());
+    for (const auto& w : parts) buf += w.first;
+    words.reserve(parts.size());
     std::size_t off = 0;
-    for (const auto& [w, c] : sorted) {
+    for (const auto& [w, c] : parts) {
       words.push_back(UWord{std::string_view(buf).substr(off, w.size()), c});
       off += w.size();
     }
@@ -783,8 +798,7 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
   const std::size_t target = cfg.vocab_size - head.size();
   const auto desired = static_cast<std::size_t>(static_cast<double>(target) * 1.1);
   const int threads = cfg.threads;
-  std::vector<double> expected, alpha, beta, best;
-  std::vector<std::int32_t> from, piece_at, seg;
+  std::vector<double> expected;
   std::size_t rounds = 0;
   for (;;) {
     // EM.
@@ -838,28 +852,40 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
         for (std::size_t i = 0; i < part[c].size(); ++i) vfreq[i] += part[c][i];
       }
     }
+    // Each piece's loss (NaN: kept always, a character or a piece with no other
+    // segmentation), on threads: each piece's is its own.
+    std::vector<double> piece_loss(m.pieces.size());
+    run_chunks(m.pieces.size(), threads, [&](std::size_t, std::size_t lo, std::size_t hi) {
+      std::vector<double> b;
+      std::vector<std::int32_t> sg, fr, pa;
+      for (std::size_t i = lo; i < hi; ++i) {
+        double& out = piece_loss[i];
+        if (m.required[i]) {
+          out = std::numeric_limits<double>::quiet_NaN();
+          continue;
+        }
+        if (vfreq[i] == 0) {
+          out = -std::numeric_limits<double>::infinity();  // unused: first to go
+          continue;
+        }
+        viterbi(m, m.pieces[i], static_cast<std::int32_t>(i), sg, b, fr, pa);
+        if (sg.empty()) {
+          out = std::numeric_limits<double>::quiet_NaN();
+          continue;
+        }
+        const double f = vfreq[i] / vsum;
+        const double logprob_sp = std::log(vfreq[i]) - std::log(vsum);
+        const double new_sum = vsum + vfreq[i] * static_cast<double>(sg.size() - 1);
+        double logprob_alt = 0;
+        for (auto a : sg) logprob_alt += std::log(vfreq[static_cast<std::size_t>(a)] + vfreq[i]) - std::log(new_sum);
+        out = f * (logprob_sp - logprob_alt);
+      }
+    });
     std::vector<std::pair<double, std::size_t>> loss;
     std::vector<std::size_t> keep_always;
     for (std::size_t i = 0; i < m.pieces.size(); ++i) {
-      if (m.required[i]) {
-        keep_always.push_back(i);
-        continue;
-      }
-      if (vfreq[i] == 0) {
-        loss.emplace_back(-std::numeric_limits<double>::infinity(), i);  // unused: first to go
-        continue;
-      }
-      viterbi(m, m.pieces[i], static_cast<std::int32_t>(i), seg, best, from, piece_at);
-      if (seg.empty()) {
-        keep_always.push_back(i);
-        continue;
-      }
-      const double f = vfreq[i] / vsum;
-      const double logprob_sp = std::log(vfreq[i]) - std::log(vsum);
-      const double new_sum = vsum + vfreq[i] * static_cast<double>(seg.size() - 1);
-      double logprob_alt = 0;
-      for (auto a : seg) logprob_alt += std::log(vfreq[static_cast<std::size_t>(a)] + vfreq[i]) - std::log(new_sum);
-      loss.emplace_back(f * (logprob_sp - logprob_alt), i);
+      if (std::isnan(piece_loss[i])) keep_always.push_back(i);
+      else loss.emplace_back(piece_loss[i], i);
     }
     std::sort(loss.begin(), loss.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first > b.first : a.second < b.second;
