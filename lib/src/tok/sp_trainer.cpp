@@ -1,6 +1,7 @@
 #include "lmpipe/tok/sp_trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -438,18 +439,23 @@ struct UWord {
 };
 
 // The current vocabulary of the EM: pieces with log-probabilities, and a trie over them.
+// The trie is built for the pieces of a pruning round; the EM drops pieces in between
+// without rebuilding it: `remap` takes a trie value to the piece's index now (-1: dropped).
 struct UModel {
   std::vector<std::string_view> pieces;  // views into the words and characters (stable)
   std::vector<double> score;
   std::vector<bool> required;  // characters: never dropped
   DoubleArray trie;
+  std::vector<std::int32_t> remap;
   void rebuild() {
     std::vector<std::pair<std::string_view, std::int32_t>> keys;
     keys.reserve(pieces.size());
     for (std::size_t i = 0; i < pieces.size(); ++i) keys.emplace_back(pieces[i], static_cast<std::int32_t>(i));
     trie.build(std::move(keys));
+    remap.resize(pieces.size());
+    for (std::size_t i = 0; i < pieces.size(); ++i) remap[i] = static_cast<std::int32_t>(i);
   }
-  // Every piece that starts at byte `start` of `w`: (end byte, piece).
+  // Every piece that starts at byte `start` of `w`: (end byte, trie value).
   template <class F>
   void matches(std::string_view w, std::size_t start, F&& f) const {
     std::int32_t node = 0;
@@ -462,22 +468,81 @@ struct UModel {
   }
 };
 
-// Forward-backward over a word's lattice: adds count × P(piece used) to `expected`;
-// returns the word's log-likelihood. The lattice's edges are found once, then walked
-// forward, backward and once more for the expectations.
+// An edge of a word's lattice: piece `id` covers bytes [s, e).
 struct Edge {
   std::uint32_t s, e;
   std::int32_t id;
 };
-double expect(const UModel& m, std::string_view w, double count, std::vector<double>& expected,
-              std::vector<double>& alpha, std::vector<double>& beta, std::vector<Edge>& edges) {
-  const double ninf = -std::numeric_limits<double>::infinity();
-  std::size_t n = w.size();
+
+// The lattices of the words of a chunk, as the trie of a round gives them (trie values,
+// dropped pieces included), kept from the round's first EM iteration for its later ones
+// and its pruning: walking the trie is most of their time (about a cache miss a byte),
+// and the lattice of the pieces left is the same edges less the dropped ones, in the same
+// order. 4 bytes an edge: trie value (22 bits), length - 1 (6 bits: up to 64 bytes, 16
+// characters of 4 bytes) and the gap from the previous edge's start (4 bits: every kept
+// character has a piece, so starts are at most 4 bytes apart). A word whose edges do not
+// fit makes the chunk walk the trie every time instead.
+struct ChunkLattices {
+  std::vector<std::uint32_t> edges;
+  std::vector<std::uint32_t> count;  // edges of each word
+  bool ok = false;                   // complete (false: not filled, or an edge did not fit)
+
+  void clear() {
+    edges.clear();
+    count.clear();
+    ok = true;
+  }
+  void add(const std::vector<Edge>& word) {  // `word` with trie values for ids
+    if (!ok) return;
+    std::uint32_t prev = 0;
+    for (const Edge& x : word) {
+      const std::uint32_t len = x.e - x.s, gap = x.s - prev;
+      if (static_cast<std::uint32_t>(x.id) >= (1u << 22) || len - 1 >= 64 || gap >= 16) {
+        ok = false;
+        edges = {};
+        count = {};
+        return;
+      }
+      edges.push_back(static_cast<std::uint32_t>(x.id) << 10 | (len - 1) << 4 | gap);
+      prev = x.s;
+    }
+    count.push_back(static_cast<std::uint32_t>(word.size()));
+  }
+};
+
+// The lattice of word `w` under the current pieces, in order of start, then of end: from
+// the walk of the trie, or replayed from `cache` at `cursor` (then advanced past it);
+// with `raw`, the edges carry trie values, for the cache.
+void lattice(const UModel& m, std::string_view w, std::vector<Edge>& edges, std::vector<Edge>* raw = nullptr,
+             const ChunkLattices* cache = nullptr, std::size_t* word = nullptr, std::size_t* cursor = nullptr) {
   edges.clear();
-  for (std::size_t s = 0; s < n; ++s)
-    m.matches(w, s, [&](std::size_t e, std::int32_t id) {
-      edges.push_back(Edge{static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(e), id});
+  auto add = [&](std::uint32_t s, std::uint32_t e, std::int32_t trie_id) {
+    std::int32_t id = m.remap[static_cast<std::size_t>(trie_id)];
+    if (id >= 0) edges.push_back(Edge{s, e, id});
+  };
+  if (cache) {
+    std::uint32_t s = 0;
+    const std::size_t n = cache->count[(*word)++];
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::uint32_t x = cache->edges[(*cursor)++];
+      s += x & 15;
+      add(s, s + ((x >> 4) & 63) + 1, static_cast<std::int32_t>(x >> 10));
+    }
+    return;
+  }
+  if (raw) raw->clear();
+  for (std::size_t s = 0; s < w.size(); ++s)
+    m.matches(w, s, [&](std::size_t e, std::int32_t trie_id) {
+      add(static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(e), trie_id);
+      if (raw) raw->push_back(Edge{static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(e), trie_id});
     });
+}
+
+// Forward-backward over the lattice of a word of n bytes: adds count × P(piece used) to
+// `expected`; returns the word's log-likelihood.
+double expect(const UModel& m, std::size_t n, const std::vector<Edge>& edges, double count,
+              std::vector<double>& expected, std::vector<double>& alpha, std::vector<double>& beta) {
+  const double ninf = -std::numeric_limits<double>::infinity();
   alpha.assign(n + 1, ninf);
   beta.assign(n + 1, ninf);
   alpha[0] = 0;
@@ -498,27 +563,24 @@ double expect(const UModel& m, std::string_view w, double count, std::vector<dou
   return z * count;
 }
 
-// Viterbi over a word: the pieces of its best segmentation (empty if none), skipping
-// piece `banned` (for the alternatives of pruning).
-void viterbi(const UModel& m, std::string_view w, std::int32_t banned, std::vector<std::int32_t>& out,
-             std::vector<double>& best, std::vector<std::int32_t>& from, std::vector<std::int32_t>& piece) {
+// Viterbi over the lattice of a word of n bytes: the pieces of its best segmentation
+// (empty if none), skipping piece `banned` (for the alternatives of pruning).
+void viterbi(const UModel& m, std::size_t n, const std::vector<Edge>& edges, std::int32_t banned,
+             std::vector<std::int32_t>& out, std::vector<double>& best, std::vector<std::int32_t>& from,
+             std::vector<std::int32_t>& piece) {
   const double ninf = -std::numeric_limits<double>::infinity();
-  std::size_t n = w.size();
   best.assign(n + 1, ninf);
   from.assign(n + 1, -1);
   piece.assign(n + 1, -1);
   best[0] = 0;
-  for (std::size_t s = 0; s < n; ++s) {
-    if (best[s] == ninf) continue;
-    m.matches(w, s, [&](std::size_t e, std::int32_t id) {
-      if (id == banned) return;
-      double c = best[s] + m.score[static_cast<std::size_t>(id)];
-      if (c > best[e]) {
-        best[e] = c;
-        from[e] = static_cast<std::int32_t>(s);
-        piece[e] = id;
-      }
-    });
+  for (const Edge& x : edges) {  // in order of start: best[x.s] is final
+    if (x.id == banned || best[x.s] == ninf) continue;
+    double c = best[x.s] + m.score[static_cast<std::size_t>(x.id)];
+    if (c > best[x.e]) {
+      best[x.e] = c;
+      from[x.e] = static_cast<std::int32_t>(x.s);
+      piece[x.e] = x.id;
+    }
   }
   out.clear();
   if (best[n] == ninf) return;
@@ -799,6 +861,7 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
   const auto desired = static_cast<std::size_t>(static_cast<double>(target) * 1.1);
   const int threads = cfg.threads;
   std::vector<double> expected;
+  std::array<ChunkLattices, kChunks> lattices;  // of the trie of this round (chunk c: run_chunks' slice c)
   std::size_t rounds = 0;
   for (;;) {
     // EM.
@@ -807,8 +870,20 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
       std::vector<std::vector<double>> part(kChunks);
       run_chunks(words.size(), threads, [&](std::size_t c, std::size_t lo, std::size_t hi) {
         std::vector<double> e(m.pieces.size(), 0.0), al, be;
-        std::vector<Edge> edges;
-        for (std::size_t k = lo; k < hi; ++k) expect(m, words[k].text, words[k].count, e, al, be, edges);
+        std::vector<Edge> edges, raw;
+        ChunkLattices& cache = lattices[c];
+        const bool replay = cache.ok;
+        if (!replay && cfg.reuse_lattices) cache.clear();
+        std::size_t word = 0, cursor = 0;
+        for (std::size_t k = lo; k < hi; ++k) {
+          if (replay) {
+            lattice(m, words[k].text, edges, nullptr, &cache, &word, &cursor);
+          } else {
+            lattice(m, words[k].text, edges, cache.ok ? &raw : nullptr);
+            cache.add(raw);
+          }
+          expect(m, words[k].text.size(), edges, words[k].count, e, al, be);
+        }
         part[c] = std::move(e);
       });
       expected.assign(m.pieces.size(), 0.0);
@@ -816,8 +891,10 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
         for (std::size_t i = 0; i < p.size(); ++i) expected[i] += p[i];
       double sum = 0;
       UModel n;
+      std::vector<std::int32_t> now(m.pieces.size(), -1);  // old index → new, -1: dropped
       for (std::size_t i = 0; i < m.pieces.size(); ++i) {
         if (expected[i] < 0.5 && !m.required[i]) continue;
+        now[i] = static_cast<std::int32_t>(n.pieces.size());
         n.pieces.push_back(std::move(m.pieces[i]));
         n.score.push_back(std::max(expected[i], 0.5));
         n.required.push_back(m.required[i]);
@@ -825,8 +902,11 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
       }
       double lsum = digamma(sum);
       for (double& s : n.score) s = digamma(s) - lsum;
+      n.trie = std::move(m.trie);  // the dropped pieces leave it through remap
+      n.remap = std::move(m.remap);
+      for (std::int32_t& r : n.remap)
+        if (r >= 0) r = now[static_cast<std::size_t>(r)];
       m = std::move(n);
-      m.rebuild();
     }
     ++rounds;
     if (progress) progress(rounds, 0);
@@ -840,8 +920,12 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
       run_chunks(words.size(), threads, [&](std::size_t c, std::size_t lo, std::size_t hi) {
         std::vector<double> f(m.pieces.size(), 0.0), b;
         std::vector<std::int32_t> sg, fr, pa;
+        std::vector<Edge> edges;
+        const ChunkLattices* cache = lattices[c].ok ? &lattices[c] : nullptr;
+        std::size_t word = 0, cursor = 0;
         for (std::size_t k = lo; k < hi; ++k) {
-          viterbi(m, words[k].text, -1, sg, b, fr, pa);
+          lattice(m, words[k].text, edges, nullptr, cache, &word, &cursor);
+          viterbi(m, words[k].text.size(), edges, -1, sg, b, fr, pa);
           for (auto id : sg) f[static_cast<std::size_t>(id)] += words[k].count;
           psum[c] += words[k].count * static_cast<double>(sg.size());
         }
@@ -858,6 +942,7 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
     run_chunks(m.pieces.size(), threads, [&](std::size_t, std::size_t lo, std::size_t hi) {
       std::vector<double> b;
       std::vector<std::int32_t> sg, fr, pa;
+      std::vector<Edge> edges;
       for (std::size_t i = lo; i < hi; ++i) {
         double& out = piece_loss[i];
         if (m.required[i]) {
@@ -868,7 +953,8 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
           out = -std::numeric_limits<double>::infinity();  // unused: first to go
           continue;
         }
-        viterbi(m, m.pieces[i], static_cast<std::int32_t>(i), sg, b, fr, pa);
+        lattice(m, m.pieces[i], edges);
+        viterbi(m, m.pieces[i].size(), edges, static_cast<std::int32_t>(i), sg, b, fr, pa);
         if (sg.empty()) {
           out = std::numeric_limits<double>::quiet_NaN();
           continue;
@@ -913,6 +999,7 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
     }
     m = std::move(n);
     m.rebuild();
+    for (ChunkLattices& l : lattices) l.ok = false;  // a new trie: its lattices are walked anew
   }
   // Final: the characters, then the best-scoring pieces up to the vocabulary size.
   std::vector<std::size_t> order(m.pieces.size());
