@@ -130,7 +130,6 @@ std::string build_charsmap(CharsmapRule rule) {
     else composites.push_back({cp, std::move(parts)});
   }
   std::sort(singletons.begin(), singletons.end());
-  std::vector<std::uint32_t> alt;
   std::string seq;
   for (const Composite& c : composites) {
     ch.clear();
