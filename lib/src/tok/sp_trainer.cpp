@@ -474,6 +474,26 @@ struct Edge {
   std::int32_t id;
 };
 
+// An edge found with trie value `trie_id`, added to `edges` under the piece's index now
+// (nothing when the piece was dropped since the trie was built).
+inline void add_edge(const UModel& m, std::vector<Edge>& edges, std::uint32_t s, std::uint32_t e,
+                     std::int32_t trie_id) {
+  std::int32_t id = m.remap[static_cast<std::size_t>(trie_id)];
+  if (id >= 0) edges.push_back(Edge{s, e, id});
+}
+
+// The lattice of word `w` under the current pieces, walked through the trie: the edges in
+// order of start, then of end; with `raw`, also all of them with their trie values.
+void walk_lattice(const UModel& m, std::string_view w, std::vector<Edge>& edges, std::vector<Edge>* raw) {
+  edges.clear();
+  if (raw) raw->clear();
+  for (std::size_t s = 0; s < w.size(); ++s)
+    m.matches(w, s, [&](std::size_t e, std::int32_t trie_id) {
+      add_edge(m, edges, static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(e), trie_id);
+      if (raw) raw->push_back(Edge{static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(e), trie_id});
+    });
+}
+
 // The lattices of the words of a chunk, as the trie of a round gives them (trie values,
 // dropped pieces included), kept from the round's first EM iteration for its later ones
 // and its pruning: walking the trie is most of their time (about a cache miss a byte),
@@ -492,7 +512,7 @@ struct ChunkLattices {
     count.clear();
     ok = true;
   }
-  void add(const std::vector<Edge>& word) {  // `word` with trie values for ids
+  void add(const std::vector<Edge>& word) {  // the next word's lattice, with trie values
     if (!ok) return;
     std::uint32_t prev = 0;
     for (const Edge& x : word) {
@@ -508,35 +528,21 @@ struct ChunkLattices {
     }
     count.push_back(static_cast<std::uint32_t>(word.size()));
   }
-};
-
-// The lattice of word `w` under the current pieces, in order of start, then of end: from
-// the walk of the trie, or replayed from `cache` at `cursor` (then advanced past it);
-// with `raw`, the edges carry trie values, for the cache.
-void lattice(const UModel& m, std::string_view w, std::vector<Edge>& edges, std::vector<Edge>* raw = nullptr,
-             const ChunkLattices* cache = nullptr, std::size_t* word = nullptr, std::size_t* cursor = nullptr) {
-  edges.clear();
-  auto add = [&](std::uint32_t s, std::uint32_t e, std::int32_t trie_id) {
-    std::int32_t id = m.remap[static_cast<std::size_t>(trie_id)];
-    if (id >= 0) edges.push_back(Edge{s, e, id});
-  };
-  if (cache) {
-    std::uint32_t s = 0;
-    const std::size_t n = cache->count[(*word)++];
-    for (std::size_t k = 0; k < n; ++k) {
-      const std::uint32_t x = cache->edges[(*cursor)++];
-      s += x & 15;
-      add(s, s + ((x >> 4) & 63) + 1, static_cast<std::int32_t>(x >> 10));
+  // The lattices again, word after word, under the current pieces.
+  struct Reader {
+    const ChunkLattices& from;
+    std::size_t word = 0, cursor = 0;
+    void next(const UModel& m, std::vector<Edge>& out) {
+      out.clear();
+      std::uint32_t s = 0;
+      for (std::size_t k = 0, n = from.count[word++]; k < n; ++k) {
+        const std::uint32_t x = from.edges[cursor++];
+        s += x & 15;
+        add_edge(m, out, s, s + ((x >> 4) & 63) + 1, static_cast<std::int32_t>(x >> 10));
+      }
     }
-    return;
-  }
-  if (raw) raw->clear();
-  for (std::size_t s = 0; s < w.size(); ++s)
-    m.matches(w, s, [&](std::size_t e, std::int32_t trie_id) {
-      add(static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(e), trie_id);
-      if (raw) raw->push_back(Edge{static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(e), trie_id});
-    });
-}
+  };
+};
 
 // Forward-backward over the lattice of a word of n bytes: adds count × P(piece used) to
 // `expected`; returns the word's log-likelihood.
@@ -874,12 +880,12 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
         ChunkLattices& cache = lattices[c];
         const bool replay = cache.ok;
         if (!replay && cfg.reuse_lattices) cache.clear();
-        std::size_t word = 0, cursor = 0;
+        ChunkLattices::Reader reader{cache};
         for (std::size_t k = lo; k < hi; ++k) {
           if (replay) {
-            lattice(m, words[k].text, edges, nullptr, &cache, &word, &cursor);
+            reader.next(m, edges);
           } else {
-            lattice(m, words[k].text, edges, cache.ok ? &raw : nullptr);
+            walk_lattice(m, words[k].text, edges, cache.ok ? &raw : nullptr);
             cache.add(raw);
           }
           expect(m, words[k].text.size(), edges, words[k].count, e, al, be);
@@ -921,10 +927,10 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
         std::vector<double> f(m.pieces.size(), 0.0), b;
         std::vector<std::int32_t> sg, fr, pa;
         std::vector<Edge> edges;
-        const ChunkLattices* cache = lattices[c].ok ? &lattices[c] : nullptr;
-        std::size_t word = 0, cursor = 0;
+        ChunkLattices::Reader reader{lattices[c]};
         for (std::size_t k = lo; k < hi; ++k) {
-          lattice(m, words[k].text, edges, nullptr, cache, &word, &cursor);
+          if (lattices[c].ok) reader.next(m, edges);
+          else walk_lattice(m, words[k].text, edges, nullptr);
           viterbi(m, words[k].text.size(), edges, -1, sg, b, fr, pa);
           for (auto id : sg) f[static_cast<std::size_t>(id)] += words[k].count;
           psum[c] += words[k].count * static_cast<double>(sg.size());
@@ -953,7 +959,7 @@ Result<std::string> train_sp_unigram(const WordCountMap& counts, const UnigramTr
           out = -std::numeric_limits<double>::infinity();  // unused: first to go
           continue;
         }
-        lattice(m, m.pieces[i], edges);
+        walk_lattice(m, m.pieces[i], edges, nullptr);
         viterbi(m, m.pieces[i].size(), edges, static_cast<std::int32_t>(i), sg, b, fr, pa);
         if (sg.empty()) {
           out = std::numeric_limits<double>::quiet_NaN();
