@@ -291,9 +291,9 @@ int main(int argc, char** argv) {
                  "sp-bpe, unigram: a piece with an id that never comes from text, like <s> (repeatable)")
       ->allow_extra_args(false);
   app.add_option("--normalization", o.normalization,
-                 "sp-bpe, unigram: nfkc (default), nfkc_cf (NFKC and case folding), nmt_nfkc and nmt_nfkc_cf "
-                 "(spm_train's default: also control characters dropped, tabs and invisible separators made "
-                 "spaces) or identity (as Llama 2); char-bpe: bert (default: HF's BertNormalizer, cased), "
+                 "sp-bpe, unigram: nfkc (default), nfkc_cf (NFKC and case folding), nmt_nfkc (spm_train's "
+                 "default: also control characters dropped, tabs and invisible separators made spaces), "
+                 "nmt_nfkc_cf (both) or identity (as Llama 2); char-bpe: bert (default: HF's BertNormalizer, cased), "
                  "bert-uncased (also lowercase and strip accents, as the original GPT) or identity")
       ->check(CLI::IsMember({"nfkc", "nfkc_cf", "nmt_nfkc", "nmt_nfkc_cf", "identity", "bert", "bert-uncased"}));
   app.add_option("--suffix", o.suffix,
