@@ -274,9 +274,13 @@ std::string hf_sp_json_head(const std::vector<Piece>& pieces, const SpBpeTrainer
   // remove_extra_whitespaces: no spaces at either end, a run of them one space (as the
   // ASCII spaces that SentencePiece's normalizer folds, nothing else; \A and \z, since ^
   // and $ are line anchors in HF's Oniguruma).
-  if (cfg.normalizer.remove_extra_whitespaces)
-    o += R"({"type":"Replace","pattern":{"Regex":"\\A +| +\\z"},"content":""},)"
-         R"({"type":"Replace","pattern":{"Regex":" {2,}"},"content":" "},)";
+  if (cfg.normalizer.remove_extra_whitespaces) {
+    o += R"({"type":"Replace","pattern":{"Regex":)";
+    str(o, kHfTrimSpaces);
+    o += R"(},"content":""},{"type":"Replace","pattern":{"Regex":)";
+    str(o, kHfSqueezeSpaces);
+    o += R"(},"content":" "},)";
+  }
   o += R"({"type":"Prepend","prepend":"▁"},{"type":"Replace","pattern":{"String":" "},"content":"▁"}]},)";
   o += R"("pre_tokenizer":null,"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},)"
        R"({"Sequence":{"id":"A","type_id":0}}],"pair":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}},)"

@@ -739,8 +739,8 @@ Status parse_sp_style_front(json::Value root, TokenizerSpec& spec, bool& split, 
   auto is_regex = [](const NormStep& st, std::string_view pattern, std::string_view content) {
     return st.kind == K::replace && st.regex && st.pattern == pattern && st.content == content;
   };
-  const bool squeeze = steps.size() >= k + 2 && is_regex(steps[k], R"(\A +| +\z)", "") &&
-                       is_regex(steps[k + 1], " {2,}", " ");
+  const bool squeeze = steps.size() >= k + 2 && is_regex(steps[k], kHfTrimSpaces, "") &&
+                       is_regex(steps[k + 1], kHfSqueezeSpaces, " ");
   auto is_prepend = [](const NormStep& st) { return st.kind == K::prepend && st.content == kMetaspace; };
   auto is_replace = [](const NormStep& st) {
     return st.kind == K::replace && !st.regex && st.pattern == " " && st.content == kMetaspace;

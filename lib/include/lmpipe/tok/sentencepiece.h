@@ -31,6 +31,12 @@ enum class SpPieceType : std::uint8_t { normal = 1, unknown = 2, control = 3, us
 struct SpPathSet;      // (sentencepiece.cpp: the n-best search's buffers)
 struct SpNBestSearch;
 
+// SentencePiece's remove_extra_whitespaces as an HF tokenizer.json says it (tok-train
+// writes it, tok-encode reads it back on its fast path): two Replace steps with these
+// regexes after the Precompiled map, the ends' spaces → "", then runs of spaces → " ".
+inline constexpr std::string_view kHfTrimSpaces = R"(\A +| +\z)";
+inline constexpr std::string_view kHfSqueezeSpaces = " {2,}";
+
 class SpNormalizer {
  public:
   std::string name;                   // nmt_nfkc, identity, ...
