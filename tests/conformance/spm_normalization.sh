@@ -7,7 +7,8 @@
 # --normalization nmt_nfkc --remove-extra-whitespaces --no-whitespace-only-pieces, on
 # text full of tabs, runs of spaces, control characters and invisible separators: the
 # same normalized held-out text line for line, and ours encodes it into at most 2% (BPE)
-# or 5% (unigram) more tokens; the .json of the same training gives the .model's ids.
+# or 5% (unigram) more tokens; the .json of the same training normalizes as the .model
+# (and BPE gives its ids).
 # Needs Debian's python3-sentencepiece and spm_train (scripts/test installs them); skips
 # without them.
 . "$(dirname "$0")/common.inc"
