@@ -37,14 +37,16 @@ lmp_install_npm() {
 
 # lmp_test_peers: the peers of the conformance tests. spm_encode, spm_train,
 # SentencePiece's Python binding (its offsets) and NumPy (to read the .npy files lmpipe
-# writes) from Debian; HF tokenizers' node binding and
-# @huggingface/gguf (an independent GGUF reader) from npm into $LMPIPE_NPM_DIR (default
+# writes) from Debian; HF tokenizers' node binding,
+# @huggingface/gguf (an independent GGUF reader) and llama.cpp's prebuilt x64 libraries
+# (@node-llama-cpp/linux-x64: GGML's k-quant code, called from Python) from npm into
+# $LMPIPE_NPM_DIR (default
 # ~/.cache/lmpipe-npm). Without npm's peers (no route to the registry, say) the tests
 # that need them are skipped, not failed. Exports LMPIPE_NODE_PATH.
 lmp_test_peers() {
   lmp_install_deps sentencepiece python3-numpy python3-sentencepiece "$@"
   npm_dir=${LMPIPE_NPM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lmpipe-npm}
-  lmp_install_npm "$npm_dir" @anush008/tokenizers@0.6.0 @huggingface/gguf@0.4.6 ||
-    echo "warning: npm could not install its peers; the conformance tests against HF tokenizers (conformance.hf_*) and tensor_readers will be skipped" >&2
+  lmp_install_npm "$npm_dir" @anush008/tokenizers@0.6.0 @huggingface/gguf@0.4.6 @node-llama-cpp/linux-x64@3.21.1 ||
+    echo "warning: npm could not install its peers; the conformance tests against HF tokenizers (conformance.hf_*), tensor_readers and ggml_kquants will be skipped" >&2
   export LMPIPE_NODE_PATH="$npm_dir/node_modules"
 }

@@ -423,7 +423,7 @@ Status export_matrix(const Options& o) {
   const auto* arch = f->meta("general.architecture");
   meta.emplace_back("general.architecture", arch ? *arch : tensor_io::MetaValue::of_string("llama"));
   bool quantized = false;
-  for (const auto& t : outs) quantized |= t.dtype == DType::q8_0 || t.dtype == DType::q4_0;
+  for (const auto& t : outs) quantized |= is_quantized(t.dtype);
   if (quantized) meta.emplace_back("general.quantization_version", tensor_io::MetaValue::of_u32(2));
   for (const auto& [k, v] : f->metadata())
     if (k.rfind("tokenizer.", 0) == 0) meta.emplace_back(k, v);  // the vocabulary travels with the matrix
@@ -451,8 +451,8 @@ int main(int argc, char** argv) {
       ->check(cli::Range(std::int64_t{1}, std::int64_t{1} << 32));
   app.add_option("--hidden", o.hidden, "hidden size for --what-if-vocab (default: the model's)")
       ->check(cli::Range(std::int64_t{1}, std::int64_t{1} << 24));
-  app.add_option("--dtype", o.dtype, "element type for --what-if-vocab: f32, f16, bf16, q8_0, q4_0 (default: the model's, or f32)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  app.add_option("--dtype", o.dtype, "element type for --what-if-vocab: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K (default: the model's, or f32)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"}));
   app.add_option("--training", o.training, "adam: also the memory of training with Adam")->check(CLI::IsMember({"adam"}));
   app.add_flag("--json", o.json, "report as JSON");
   app.add_option("--tensor", o.tensor, "the embedding tensor's name, when it is not found by name");
@@ -497,8 +497,8 @@ int main(int argc, char** argv) {
   CLI::App* ex_cmd = app.add_subcommand("export", "write the embedding (and an untied output) as .npy, safetensors or GGUF");
   ex_cmd->add_option("MODEL", o.model, "model file")->required();
   ex_cmd->add_option("-o,--output", o.output, "OUT.npy, OUT.safetensors or OUT.gguf (required)")->required();
-  ex_cmd->add_option("--dtype", o.dtype, "convert to f32, f16, bf16, q8_0 or q4_0 (default: as stored)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  ex_cmd->add_option("--dtype", o.dtype, "convert to f32, f16, bf16, q8_0, q4_0, q4_K, q5_K or q6_K (default: as stored)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"}));
   ex_cmd->add_option("--tensor", o.tensor, "the embedding tensor's name");
   ex_cmd->add_flag("--output-matrix", o.output_matrix, "only the output projection (untied models)");
 
@@ -517,7 +517,7 @@ int main(int argc, char** argv) {
       "lm_head.weight, llama2.c with a positive vocab_size, or both matrices holding the same bytes.\n"
       "--what-if-vocab prints the arithmetic: parameters = vocab × hidden per matrix, times the bytes\n"
       "per parameter of the dtype (inference), or of weights, gradients and two f32 Adam moments\n"
-      "(--training adam). Rows are written as f32 whatever the stored dtype (f16, bf16, q8_0, q4_0\n"
+      "(--training adam). Rows are written as f32 whatever the stored dtype (f16, bf16, q8_0, q4_0, k-quants\n"
       "are converted). See docs/embed-inspect.md.",
       kExamples};
 

@@ -73,10 +73,10 @@ Result<std::unique_ptr<Runnable>> load_runnable(const ModelSpec& spec) {
   if (path.empty()) {
     LMP_ASSIGN(model::Config c, resolve_shape(spec));
     const auto pdt = parse_dtype(spec.dtype);
-    if (!pdt) return make_error(Errc::invalid_argument, "unknown dtype '{}' (f32, f16, bf16, q8_0, q4_0)", spec.dtype);
-    const DType dt = *pdt;
-    const double bytes = static_cast<double>(model::param_count(c)) * (dt == DType::f32 ? 4.0 : dt == DType::q8_0 ? 34.0 / 32
-                                                                                             : dt == DType::q4_0 ? 18.0 / 32 : 2.0);
+    if (!pdt || !dtype_info(*pdt).is_float)
+      return make_error(Errc::invalid_argument, "unknown dtype '{}' (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)", spec.dtype);
+    const DTypeInfo& dt = dtype_info(*pdt);
+    const double bytes = static_cast<double>(model::param_count(c)) * static_cast<double>(dt.block_bytes) / static_cast<double>(dt.block);
     const double ram = physical_memory();
     if (bytes > ram / 2)
       return make_error(Errc::out_of_range,
@@ -85,7 +85,7 @@ Result<std::unique_ptr<Runnable>> load_runnable(const ModelSpec& spec) {
                         spec.preset.empty() ? "custom" : spec.preset, spec.dtype, cli::human_bytes(bytes), cli::human_bytes(ram));
     const char* tmp = std::getenv("TMPDIR");
     r->temp = fmt::format("{}/kv-bench-{}-{}.gguf", tmp && *tmp ? tmp : "/tmp", getpid(), spec.preset.empty() ? "custom" : spec.preset);
-    LMP_TRY(model::write_random_gguf(r->temp, c, dt, spec.seed));
+    LMP_TRY(model::write_random_gguf(r->temp, c, *pdt, spec.seed));
     path = r->temp;
     r->name = fmt::format("{} (random weights, {})", spec.preset.empty() ? "custom" : spec.preset, spec.dtype);
   } else {

@@ -12,9 +12,9 @@ Result<cli::Report> run_plan(const Common& com, const PlanOptions& o) {
   LMP_ASSIGN(model::Config c, resolve_shape(com.spec));
   const int ctx = o.ctx ? o.ctx : c.n_ctx_train;
   const auto wdt = parse_dtype(o.weights);
-  if (!wdt || !(*wdt == DType::f32 || *wdt == DType::f16 || *wdt == DType::bf16 || *wdt == DType::q8_0 || *wdt == DType::q4_0))
-    return make_error(Errc::invalid_argument, "--weights: '{}' is not f32, f16, bf16, q8_0 or q4_0", o.weights);
-  const double per_param = *wdt == DType::f32 ? 4.0 : *wdt == DType::q8_0 ? 34.0 / 32 : *wdt == DType::q4_0 ? 18.0 / 32 : 2.0;
+  if (!wdt || !dtype_info(*wdt).is_float)
+    return make_error(Errc::invalid_argument, "--weights: '{}' is not f32, f16, bf16, q8_0, q4_0, q4_K, q5_K or q6_K", o.weights);
+  const double per_param = static_cast<double>(dtype_info(*wdt).block_bytes) / static_cast<double>(dtype_info(*wdt).block);
   const std::uint64_t memory = cli::parse_bytes(o.memory, "--memory"), reserve = cli::parse_bytes(o.reserve, "--reserve");
   const std::uint64_t params = model::param_count(c);
   const double weights = static_cast<double>(params) * per_param;

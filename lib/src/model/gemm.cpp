@@ -1,6 +1,6 @@
 // Matrix-matrix products of prompt processing, AVX-512: out (n, rows) = X (n, cols) · Wᵀ.
 //
-// Float weights (f32, f16, bf16). Panels of 32 rows are converted to f32 and packed
+// Float weights (f32, f16, bf16; and the k-quants q4_K, q5_K, q6_K, converted the same way). Panels of 32 rows are converted to f32 and packed
 // k-major, P[k][32], 128 columns at a time (16 KB: it stays in L1 while every token
 // passes over it). The micro-kernel takes 8 tokens: for each column k it broadcasts
 // X[t][k] and adds it times the panel's two 16-wide halves into 16 zmm accumulators,
@@ -68,9 +68,8 @@ __attribute__((target("avx512f"))) void pack_panel(float* P, const Weight& w, st
                                                   std::size_t k0, std::size_t kc, std::vector<float>& rows) {
   const std::size_t kp = (kc + 15) / 16 * 16;  // kc rounded up: whole 16-column tiles
   rows.assign(kPanelRows * kp, 0.0f);
-  const std::size_t elem = w.dtype == DType::f32 ? 4 : 2;
-  for (std::int64_t i = 0; i < nr; ++i)
-    to_f32(w.dtype, w.data + static_cast<std::size_t>(r0 + i) * w.row_bytes + k0 * elem,
+  for (std::int64_t i = 0; i < nr; ++i)  // (k0 and kc whole blocks of a k-quant: see gemm_f32)
+    to_f32(w.dtype, w.data + static_cast<std::size_t>(r0 + i) * w.row_bytes + dtype_bytes(w.dtype, k0),
            rows.data() + static_cast<std::size_t>(i) * kp, kc);
   for (std::size_t k = 0; k < kp; k += 16)
     for (std::size_t h = 0; h < kPanelRows; h += 16) {
@@ -226,11 +225,13 @@ bool gemm_q8_available() { return cpu::avx512_vnni(); }
 void gemm_f32(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo,
               std::int64_t hi, GemmScratch& s) {
   const auto cols = static_cast<std::size_t>(w.cols);
-  s.panel.resize(kPanelCols * kPanelRows);
+  // k-quant rows convert whole super-blocks: panels of 256 columns (32 KB) for them.
+  const std::size_t step = std::max(kPanelCols, dtype_info(w.dtype).block);
+  s.panel.resize(step * kPanelRows);
   for (std::int64_t r0 = lo; r0 < hi; r0 += static_cast<std::int64_t>(kPanelRows)) {
     const std::int64_t nr = std::min<std::int64_t>(static_cast<std::int64_t>(kPanelRows), hi - r0);
-    for (std::size_t k0 = 0; k0 < cols; k0 += kPanelCols) {
-      const std::size_t kc = std::min(kPanelCols, cols - k0);
+    for (std::size_t k0 = 0; k0 < cols; k0 += step) {
+      const std::size_t kc = std::min(step, cols - k0);
       pack_panel(s.panel.data(), w, r0, nr, k0, kc, s.row);
       for (std::int64_t t = 0; t < n; t += static_cast<std::int64_t>(kTokens)) {
         const auto nt = static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(kTokens), n - t));

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "lmpipe/core/cpu.h"
+#include "lmpipe/tensor_io/kquants.h"
 
 namespace lmp::model {
 
@@ -588,6 +589,113 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,
 #undef LMP_Q4_UNSIGNED
 #undef LMP_Q8_UNSIGNED
 
+// ---- k-quant rows (q4_K, q5_K, q6_K) against a quantized activation ---------------------
+// Each sub-block of 32 numbers meets one of the activation's 32-number blocks: the int8
+// multiply-add of its unsigned levels and the activation's bytes, times the sub-block's
+// scale, the super-block's factor and the activation block's scale. q4_K and q5_K take
+// their offsets off through the activation blocks' sums (QuantizedVec::sum):
+// Σ (a·q − b)·x = a·Σ q·x − b·Σ x, one multiply-add of 8 sub-blocks a super-block.
+// q6_K's levels are q − 32 under a scale per 16 numbers: each pair's q·x less 32·x in 16
+// bits (at most 2 · 63 · 127), multiplied by its scale as pairs are added into 32 bits.
+__attribute__((target("avx2"))) inline __m256 u8x8_to_ps(const std::uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+#define LMP_DOT_Q45_K(MADD)                                                                 \
+  using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;                               \
+  const auto* w = reinterpret_cast<const Block*>(row);                                     \
+  const __m256i low = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();                \
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, accm = acc0;                              \
+  for (std::int64_t s = 0; s < nsb; ++s) {                                                  \
+    prefetch_ahead(w + s, pd, 3); /* 144 or 176 bytes */                                    \
+    std::uint8_t sc[8], mn[8];                                                              \
+    unpack_k_scales(w[s].scales, sc, mn);                                                   \
+    /* each sub-block's factor: d · sc_j · (the activation block's scale) */                \
+    const __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w[s].d)), u8x8_to_ps(sc)), \
+                                   _mm256_loadu_ps(xd + 8 * s));                             \
+    accm = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w[s].dmin)), u8x8_to_ps(mn)), \
+                           _mm256_loadu_ps(xs + 8 * s), accm);                              \
+    const std::int8_t* x = xq + 256 * s;                                                    \
+    [[maybe_unused]] __m256i hb = zero;                                                     \
+    if constexpr (Q5) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].qh));   \
+    for (int c = 0; c < 4; ++c) {                                                           \
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].qs + 32 * c)); \
+      __m256i lo = _mm256_and_si256(bytes, low), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low); \
+      if constexpr (Q5) {                                                                   \
+        const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c))),               \
+                      b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1))), sixteen = _mm256_set1_epi8(16); \
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0), sixteen)); \
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), sixteen)); \
+      }                                                                                     \
+      const __m256i plo = MADD(zero, lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * c))); \
+      const __m256i phi = MADD(zero, hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * c + 32))); \
+      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(plo), _mm256_permutevar8x32_ps(f, _mm256_set1_epi32(2 * c)), acc0); \
+      acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(phi), _mm256_permutevar8x32_ps(f, _mm256_set1_epi32(2 * c + 1)), acc1); \
+    }                                                                                       \
+  }                                                                                         \
+  return hsum(_mm256_add_ps(acc0, acc1)) - hsum(accm);
+
+template <bool Q5>
+__attribute__((target("avx2,fma,f16c"))) float dot_q45_K_avx2(const std::byte* row, const std::int8_t* xq, const float* xd,
+                                                            const float* xs, std::int64_t nsb, std::ptrdiff_t pd) {
+  LMP_DOT_Q45_K(madd_u8_avx2)
+}
+template <bool Q5>
+__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_q45_K_vnni(const std::byte* row,
+                                                                                         const std::int8_t* xq,
+                                                                                         const float* xd, const float* xs,
+                                                                                         std::int64_t nsb, std::ptrdiff_t pd) {
+  LMP_DOT_Q45_K(madd_u8_vnni)
+}
+#undef LMP_DOT_Q45_K
+
+__attribute__((target("avx2,fma,f16c"))) float dot_q6_K_avx2(const std::byte* row, const std::int8_t* xq, const float* xd,
+                                                           std::int64_t nsb, std::ptrdiff_t pd) {
+  const auto* w = reinterpret_cast<const BlockQ6_K*>(row);
+  const __m256i low = _mm256_set1_epi8(0x0F), two_bits = _mm256_set1_epi8(0x30), m32 = _mm256_set1_epi8(32);
+  // Within each 128-bit half, its 16-bit lanes all take the first (low half) or the second
+  // (high half) int16 of a 32-bit lane: a pair of scales spread over 16 + 16 numbers.
+  const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+                                          2, 3, 2, 3, 2, 3);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  for (std::int64_t s = 0; s < nsb; ++s) {
+    prefetch_ahead(w + s, pd, 4);  // 210 bytes
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[s].scales)));
+    const float d = _cvtsh_ss(w[s].d);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].ql + 64 * h));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].ql + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].qh + 32 * h));
+      const __m256i lows[4] = {_mm256_and_si256(ql0, low), _mm256_and_si256(ql1, low),
+                               _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low)};
+      const __m256i highs[4] = {_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2), qh, _mm256_srli_epi16(qh, 2)};
+      for (int g = 0; g < 4; ++g) {
+        const int blk = 8 * static_cast<int>(s) + 4 * h + g;  // the activation's block
+        const __m256i q = _mm256_or_si256(lows[g], _mm256_and_si256(highs[g], two_bits));
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * blk));
+        const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(m32, xv));
+        const __m256i scv = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(4 * h + g)), spread);
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, scv));
+        const __m256 fac = _mm256_set1_ps(d * xd[blk]);
+        if (g & 1) acc1 = _mm256_fmadd_ps(p, fac, acc1);
+        else acc0 = _mm256_fmadd_ps(p, fac, acc0);
+      }
+    }
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+// Without AVX2: each super-block converted to f32 and multiplied with x as it is.
+float dot_k_scalar(DType t, const std::byte* row, const float* x, std::int64_t n) {
+  float buf[kQK_K];
+  const std::size_t bytes = dtype_info(t).block_bytes;
+  float s = 0;
+  for (std::int64_t k = 0; k < n; k += static_cast<std::int64_t>(kQK_K), row += bytes) {
+    to_f32(t, row, buf, kQK_K);
+    for (std::size_t i = 0; i < kQK_K; ++i) s += buf[i] * x[k + static_cast<std::int64_t>(i)];
+  }
+  return s;
+}
+
 }  // namespace
 
 void set_prefetch_distance(std::size_t bytes) {
@@ -618,7 +726,7 @@ namespace {
 // dropped fraction is at least 0.5 (y - trunc(y) is exact). The scalar loop called lround
 // per number and took 2% of a q8_0 decode step on the main thread while the others waited.
 // Also each group of 4's bias for q4_0 and q8_0 rows (QuantizedVec::bias_q4, bias_q8).
-__attribute__((target("avx2"))) void quantize_blocks_avx2(std::int8_t* q, float* d, std::int32_t* bias_q4,
+__attribute__((target("avx2"))) void quantize_blocks_avx2(std::int8_t* q, float* d, float* sum, std::int32_t* bias_q4,
                                                           std::int32_t* bias_q8, const float* x, std::size_t nb) {
   const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
   for (std::size_t b = 0; b < nb; ++b, x += 32, q += 32, bias_q4 += 8, bias_q8 += 8) {
@@ -650,6 +758,10 @@ __attribute__((target("avx2"))) void quantize_blocks_avx2(std::int8_t* q, float*
     const __m256i sum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qv), _mm256_set1_epi16(1));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias_q4), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum4, 3)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias_q8), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum4, 7)));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum4), _mm256_extracti128_si256(sum4, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    sum[b] = db * static_cast<float>(_mm_cvtsi128_si32(s4));
   }
 }
 }  // namespace
@@ -658,9 +770,11 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
   const std::size_t nb = n / 32;
   out.q.resize(nb * 32);
   out.d.resize(nb);
+  out.sum.resize(nb);
   out.bias_q4.resize(nb * 8);
   out.bias_q8.resize(nb * 8);
-  if (cpu::avx2()) return quantize_blocks_avx2(out.q.data(), out.d.data(), out.bias_q4.data(), out.bias_q8.data(), x, nb);
+  if (cpu::avx2())
+    return quantize_blocks_avx2(out.q.data(), out.d.data(), out.sum.data(), out.bias_q4.data(), out.bias_q8.data(), x, nb);
   for (std::size_t b = 0; b < nb; ++b) {
     float amax = 0;
     for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
@@ -673,6 +787,11 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
     const int sum = out.q[4 * g] + out.q[4 * g + 1] + out.q[4 * g + 2] + out.q[4 * g + 3];
     out.bias_q4[g] = -8 * sum;
     out.bias_q8[g] = -128 * sum;
+  }
+  for (std::size_t b = 0; b < nb; ++b) {
+    int sum = 0;
+    for (std::size_t j = 0; j < 32; ++j) sum += out.q[b * 32 + j];
+    out.sum[b] = out.d[b] * static_cast<float>(sum);
   }
 }
 
@@ -730,6 +849,21 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
         else s = dot_q4_scalar(b, xq->q.data(), xq->d.data(), n / 32);
         break;
       }
+      case DType::q4_K:
+      case DType::q5_K: {
+        const bool q5 = w.dtype == DType::q5_K;
+        const std::int64_t nsb = n / static_cast<std::int64_t>(kQK_K);
+        const std::int8_t* q = xq->q.data();
+        const float *xd = xq->d.data(), *xs = xq->sum.data();
+        if (vnni) s = q5 ? dot_q45_K_vnni<true>(row, q, xd, xs, nsb, pd) : dot_q45_K_vnni<false>(row, q, xd, xs, nsb, pd);
+        else if (avx2) s = q5 ? dot_q45_K_avx2<true>(row, q, xd, xs, nsb, pd) : dot_q45_K_avx2<false>(row, q, xd, xs, nsb, pd);
+        else s = dot_k_scalar(w.dtype, row, x, n);
+        break;
+      }
+      case DType::q6_K:
+        s = avx2 ? dot_q6_K_avx2(row, xq->q.data(), xq->d.data(), n / static_cast<std::int64_t>(kQK_K), pd)
+                 : dot_k_scalar(w.dtype, row, x, n);
+        break;
       default:
         s = 0;  // other dtypes are refused when the model is loaded
     }

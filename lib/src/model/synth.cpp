@@ -52,6 +52,9 @@ std::uint32_t file_type(DType d) {  // llama.cpp's LLAMA_FTYPE_ALL_F32, MOSTLY_F
     case DType::f16: return 1;
     case DType::q4_0: return 2;
     case DType::q8_0: return 7;
+    case DType::q4_K: return 14;  // MOSTLY_Q4_K_S: q4_K throughout
+    case DType::q5_K: return 16;  // MOSTLY_Q5_K_S
+    case DType::q6_K: return 18;  // MOSTLY_Q6_K
     case DType::bf16: return 32;
     default: return 0;
   }
@@ -79,7 +82,7 @@ std::vector<std::pair<std::string, MetaValue>> llama_meta(const Config& c, DType
       {c.arch + ".rope.freq_base", MetaValue::of_f32(c.rope_theta)},
       {c.arch + ".attention.layer_norm_rms_epsilon", MetaValue::of_f32(c.rms_eps)},
   };
-  if (dtype == DType::q8_0 || dtype == DType::q4_0) m.emplace_back("general.quantization_version", MetaValue::of_u32(2));
+  if (is_quantized(dtype)) m.emplace_back("general.quantization_version", MetaValue::of_u32(2));
   m.emplace_back("general.alignment", MetaValue::of_u32(kRowAlignment));
   return m;
 }
@@ -180,7 +183,7 @@ Status convert_gguf(const std::string& path, const tensor_io::TensorFile& src, D
         key.rfind("llama2c.", 0) != 0 && key != "llama.vocab_size")
       meta.emplace_back(key, v);
   meta.emplace_back("general.file_type", MetaValue::of_u32(file_type(dtype)));
-  if (dtype == DType::q8_0 || dtype == DType::q4_0) meta.emplace_back("general.quantization_version", MetaValue::of_u32(2));
+  if (is_quantized(dtype)) meta.emplace_back("general.quantization_version", MetaValue::of_u32(2));
   meta.emplace_back("general.alignment", MetaValue::of_u32(kRowAlignment));
   std::vector<TensorOut> ts;
   for (const auto& t : src.tensors()) {

@@ -15,11 +15,13 @@ namespace {
 
 // How prompt processing multiplies n tokens by weights of type t: a few tokens read each
 // row once for all (matmul_few); more go to the AVX-512 GEMMs, f32 ones or int8 ones (q8_0,
-// and q4_0 unpacked to q8_0 blocks); without AVX-512, rows converted to f32 (matmul).
+// and q4_0 unpacked to q8_0 blocks; the k-quants go to the f32 one, converted as they are
+// packed); without AVX-512, rows converted to f32 (matmul).
 enum class Product { few, gemm_f32, gemm_q8, generic };
 Product product_for(DType t, std::int64_t n) {
   if (matmul_few_available(t, n)) return Product::few;
-  if ((t == DType::f32 || t == DType::f16 || t == DType::bf16) && gemm_f32_available()) return Product::gemm_f32;
+  if ((t == DType::f32 || t == DType::f16 || t == DType::bf16 || is_k_quant(t)) && gemm_f32_available())
+    return Product::gemm_f32;
   if ((t == DType::q8_0 || t == DType::q4_0) && gemm_q8_available()) return Product::gemm_q8;
   return Product::generic;
 }
@@ -40,9 +42,11 @@ Result<Weight> weight(const TensorFile& f, const std::string& name, std::int64_t
     return make_error(Errc::parse, "{}: tensor '{}' has shape [{}], expected [{}, {}]", f.name(), name,
                       fmt::join(t->shape, ", "), rows, cols);
   switch (t->dtype) {
-    case DType::f32: case DType::f16: case DType::bf16: case DType::q8_0: case DType::q4_0: break;
+    case DType::f32: case DType::f16: case DType::bf16: case DType::q8_0: case DType::q4_0:
+    case DType::q4_K: case DType::q5_K: case DType::q6_K: break;
     default:
-      return make_error(Errc::unsupported, "{}: tensor '{}' is {}; weights must be f32, f16, bf16, q8_0 or q4_0",
+      return make_error(Errc::unsupported,
+                        "{}: tensor '{}' is {}; weights must be f32, f16, bf16, q8_0, q4_0, q4_K, q5_K or q6_K",
                         f.name(), name, dtype_name(t->dtype));
   }
   Weight w;
@@ -133,10 +137,10 @@ Result<std::unique_ptr<Transformer>> Transformer::load(const TensorFile& f) {
     LMP_ASSIGN(w.bk, vec(f, n("attn_k.bias"), kv, true));
     LMP_ASSIGN(w.bv, vec(f, n("attn_v.bias"), kv, true));
     for (const Weight* x : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
-      m->quantized_ |= x->dtype == DType::q8_0 || x->dtype == DType::q4_0;
+      m->quantized_ |= is_quantized(x->dtype);
     m->layers_.push_back(std::move(w));
   }
-  m->quantized_ |= m->output_.dtype == DType::q8_0 || m->output_.dtype == DType::q4_0;
+  m->quantized_ |= is_quantized(m->output_.dtype);
   const auto E = static_cast<std::size_t>(c.n_embd), F = static_cast<std::size_t>(c.n_ff);
   m->x_.resize(E);
   m->xb_.resize(E);
@@ -168,7 +172,7 @@ void Transformer::matvecs(std::span<const std::pair<const Weight*, float*>> jobs
   std::int64_t total = 0;
   for (const auto& [w, out] : jobs) total += w->rows;
   bool quant = false;
-  for (const auto& [w, out] : jobs) quant |= w->dtype == DType::q8_0 || w->dtype == DType::q4_0;
+  for (const auto& [w, out] : jobs) quant |= is_quantized(w->dtype);
   if (quant) quantize_activation(xq_, x, static_cast<std::size_t>(jobs[0].first->cols));
   // Chunks of about 64 KB of weights each, at least one per thread.
   std::uint64_t bytes = 0;

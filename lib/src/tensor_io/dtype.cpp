@@ -12,6 +12,7 @@
 #include <string>
 
 #include "lmpipe/core/cpu.h"
+#include "lmpipe/tensor_io/kquants.h"
 
 namespace lmp {
 
@@ -19,7 +20,8 @@ namespace {
 const DTypeInfo kInfo[] = {
     {"f32", 1, 4, true},    {"f16", 1, 2, true}, {"bf16", 1, 2, true}, {"q8_0", 32, 34, true},
     {"q4_0", 32, 18, true}, {"i32", 1, 4, false}, {"i8", 1, 1, false},  {"u8", 1, 1, false},
-    {"i16", 1, 2, false},   {"i64", 1, 8, false}, {"f64", 1, 8, false},
+    {"i16", 1, 2, false},   {"i64", 1, 8, false}, {"f64", 1, 8, false}, {"q4_K", 256, 144, true},
+    {"q5_K", 256, 176, true}, {"q6_K", 256, 210, true},
 };
 
 std::uint32_t bits_of(float f) {
@@ -109,8 +111,11 @@ const DTypeInfo& dtype_info(DType t) { return kInfo[static_cast<std::size_t>(t)]
 std::optional<DType> parse_dtype(std::string_view name) {
   std::string low(name);
   for (char& c : low) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (std::size_t i = 0; i < std::size(kInfo); ++i)
-    if (kInfo[i].name == low) return static_cast<DType>(i);
+  for (std::size_t i = 0; i < std::size(kInfo); ++i) {
+    std::string known(kInfo[i].name);
+    for (char& c : known) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (known == low) return static_cast<DType>(i);
+  }
   return std::nullopt;
 }
 
@@ -193,6 +198,9 @@ void to_f32(DType t, const void* src, float* dst, std::size_t n) {
       }
       return;
     }
+    case DType::q4_K: return q4_K_to_f32(static_cast<const BlockQ4_K*>(src), dst, n / kQK_K);
+    case DType::q5_K: return q5_K_to_f32(static_cast<const BlockQ5_K*>(src), dst, n / kQK_K);
+    case DType::q6_K: return q6_K_to_f32(static_cast<const BlockQ6_K*>(src), dst, n / kQK_K);
     case DType::i32: {
       const auto* s = static_cast<const std::int32_t*>(src);
       for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
@@ -246,6 +254,9 @@ void from_f32(DType t, const float* src, void* dst, std::size_t n) {
       return quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n / 32);
     case DType::q4_0:
       return quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), n / 32);
+    case DType::q4_K: return quantize_q4_K(src, static_cast<BlockQ4_K*>(dst), n / kQK_K);
+    case DType::q5_K: return quantize_q5_K(src, static_cast<BlockQ5_K*>(dst), n / kQK_K);
+    case DType::q6_K: return quantize_q6_K(src, static_cast<BlockQ6_K*>(dst), n / kQK_K);
     case DType::i32:
     case DType::i8:
     case DType::u8:

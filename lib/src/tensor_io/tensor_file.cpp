@@ -149,7 +149,7 @@ struct GgmlType {
   DType dtype;
 };
 constexpr GgmlType kGgmlTypes[] = {{0, DType::f32}, {1, DType::f16}, {2, DType::q4_0}, {8, DType::q8_0},
-                                   {24, DType::i8}, {25, DType::i16}, {26, DType::i32}, {27, DType::i64},
+                                   {12, DType::q4_K}, {13, DType::q5_K}, {14, DType::q6_K}, {24, DType::i8}, {25, DType::i16}, {26, DType::i32}, {27, DType::i64},
                                    {28, DType::f64}, {30, DType::bf16}};
 std::string_view ggml_type_name(std::uint32_t id) {
   static constexpr std::pair<std::uint32_t, std::string_view> kNames[] = {
@@ -281,7 +281,7 @@ struct Parsers {
       for (const auto& x : kGgmlTypes)
         if (x.id == type) g = &x;
       if (!g)
-        return r.err(fmt::format("ggml type {} ({}) is not supported (f32, f16, bf16, q8_0, q4_0 and the integer "
+        return r.err(fmt::format("ggml type {} ({}) is not supported (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K and the integer "
                                  "types are)",
                                  type, ggml_type_name(type)),
                      at);

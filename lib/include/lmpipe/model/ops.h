@@ -21,10 +21,11 @@ struct Weight {
 };
 
 // An activation vector quantized to q8_0-style blocks (32 int8 and a float scale), the
-// other operand of the int8 dot products of q8_0 and q4_0 weights.
+// other operand of the int8 dot products of q8_0, q4_0 and k-quant weights.
 struct QuantizedVec {
   std::vector<std::int8_t> q;  // (n)
   std::vector<float> d;        // (n / 32)
+  std::vector<float> sum;      // (n / 32) d · Σ q of each block: q4_K's and q5_K's offsets meet it
   // (n / 4) −8 · Σ q and −128 · Σ q over each 4: the offsets that make q4_0 and q8_0
   // weights unsigned for the int8 multiply-add (ops.cpp, LMP_DOTS_INT8)
   std::vector<std::int32_t> bias_q4, bias_q8;
@@ -40,7 +41,8 @@ struct QuantizedBatch {
   std::vector<float> d;         // (groups, blocks, 16) scales; 0 for tokens past n
 };
 
-// out (hi - lo) = W[lo:hi] · x, x (cols); `xq` is x quantized (needed for q8_0, q4_0).
+// out (hi - lo) = W[lo:hi] · x, x (cols); `xq` is x quantized (needed for the block types,
+// is_quantized).
 void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq, std::int64_t lo, std::int64_t hi);
 
 // Many tokens at once (prompt processing): out (n, hi - lo) = X (n, cols) · W[lo:hi]^T,

@@ -91,7 +91,7 @@ class Transformer {
   Weight output_;                      // (n_vocab, n_embd): output.weight or the embedding itself
   std::vector<float> output_norm_;     // (n_embd)
   std::vector<LayerWeights> layers_;
-  bool quantized_ = false;             // some matrix is q8_0 or q4_0
+  bool quantized_ = false;             // some matrix is a GGML block type (is_quantized)
   // Scratch: the state of one token ("the wave of activations").
   std::vector<float> x_, xb_, xb2_, q_, k_, v_, att_, hb_, hb2_;  // see forward()
   std::vector<float> qbuf_;            // (parts, n_embd) the queries moved or scaled for a block

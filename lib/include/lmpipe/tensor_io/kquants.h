@@ -1,0 +1,68 @@
+// GGML's k-quant block formats (llama.cpp's Q4_K, Q5_K and Q6_K, the types of its
+// Q4_K_M, Q5_K_M and Q6_K files): super-blocks of 256 numbers whose sub-blocks carry
+// their own small integer scales, themselves scaled by the super-block's f16 factors.
+//
+//   q4_K, 144 bytes: d, dmin (f16), 12 bytes of 6-bit scales sc_j and mins m_j of 8
+//         sub-blocks of 32, 128 bytes of nibbles. x = d·sc_j·q − dmin·m_j, q in 0..15.
+//         Byte 32k + l of qs holds number 64k + l (sub-block 2k) in its low nibble and
+//         64k + 32 + l (sub-block 2k + 1) in its high one. Scales, s = the 12 bytes:
+//         j < 4: sc_j = s[j] & 63, m_j = s[j + 4] & 63;
+//         j ≥ 4: sc_j = (s[j + 4] & 15) | (s[j − 4] >> 6) << 4, m_j = (s[j + 4] >> 4) | (s[j] >> 6) << 4.
+//   q5_K, 176 bytes: d, dmin, the 12 scale bytes of q4_K, qh (32 bytes), qs (128 bytes):
+//         q = nibble as q4_K + 16 · bit j of qh[l] for number l of sub-block j; q in 0..31.
+//   q6_K, 210 bytes: ql (128 bytes), qh (64), 16 int8 scales, d (f16); 16 sub-blocks of 16,
+//         x = d·sc_j·(q − 32), q in 0..63. Half h (numbers 128h …) reads ql + 64h, qh + 32h,
+//         scales + 8h; its number 32g + l (g = 0..3, l = 0..31) takes its low 4 bits from
+//         ql[l + 32·(g & 1)] (the low nibble for g < 2, the high one for g ≥ 2), its high 2
+//         bits from qh[l] >> 2g, and scale sc[2g + l / 16].
+// Rows must hold a multiple of 256 numbers (tensor_bytes refuses others).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lmp {
+
+inline constexpr std::size_t kQK_K = 256;
+
+struct BlockQ4_K {
+  std::uint16_t d, dmin;
+  std::uint8_t scales[12];
+  std::uint8_t qs[128];
+};
+struct BlockQ5_K {
+  std::uint16_t d, dmin;
+  std::uint8_t scales[12];
+  std::uint8_t qh[32];
+  std::uint8_t qs[128];
+};
+struct BlockQ6_K {
+  std::uint8_t ql[128];
+  std::uint8_t qh[64];
+  std::int8_t scales[16];
+  std::uint16_t d;
+};
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210, "GGML k-quant layouts");
+
+// The 8 (scale, min) pairs of a q4_K or q5_K super-block.
+inline void unpack_k_scales(const std::uint8_t s[12], std::uint8_t sc[8], std::uint8_t m[8]) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = s[j] & 63;
+    m[j] = s[j + 4] & 63;
+    sc[j + 4] = static_cast<std::uint8_t>((s[j + 8] & 15) | ((s[j] >> 6) << 4));
+    m[j + 4] = static_cast<std::uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+  }
+}
+
+// nb super-blocks → nb · 256 floats.
+void q4_K_to_f32(const BlockQ4_K* b, float* y, std::size_t nb);
+void q5_K_to_f32(const BlockQ5_K* b, float* y, std::size_t nb);
+void q6_K_to_f32(const BlockQ6_K* b, float* y, std::size_t nb);
+// nb · 256 floats → nb super-blocks. Each sub-block's scale and offset fit its numbers'
+// range (q4_K, q5_K) or its largest magnitude (q6_K), then a few nearby scales are tried
+// and the one with the least squared error is kept.
+void quantize_q4_K(const float* x, BlockQ4_K* y, std::size_t nb);
+void quantize_q5_K(const float* x, BlockQ5_K* y, std::size_t nb);
+void quantize_q6_K(const float* x, BlockQ6_K* y, std::size_t nb);
+
+}  // namespace lmp

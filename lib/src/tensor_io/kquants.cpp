@@ -1,0 +1,234 @@
+#include "lmpipe/tensor_io/kquants.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "lmpipe/tensor_io/dtype.h"
+
+namespace lmp {
+
+namespace {
+
+int nearest(float v) { return static_cast<int>(std::lround(v)); }
+
+// The scale a and offset b (x ≈ a·q − b, b ≥ 0, q in 0..Q) of n numbers: from their range
+// (the minimum taken as at most 0, as the format's offset subtracts), then scales a little
+// above and below it, each followed by a least-squares fit of a and b to the integers it
+// chose; the pair with the least squared error wins.
+struct Affine {
+  float a, b;
+};
+Affine fit_affine(const float* x, int n, int Q) {
+  float lo = 0, hi = x[0];
+  for (int i = 0; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  if (hi <= lo) return {0, -lo};
+  Affine best{(hi - lo) / static_cast<float>(Q), -lo};
+  auto error = [&](Affine f) {
+    float e = 0;
+    const float inv = f.a != 0 ? 1.0f / f.a : 0.0f;
+    for (int i = 0; i < n; ++i) {
+      const int q = std::clamp(nearest((x[i] + f.b) * inv), 0, Q);
+      const float r = f.a * static_cast<float>(q) - f.b - x[i];
+      e += r * r;
+    }
+    return e;
+  };
+  float best_err = error(best);
+  for (int step = -4; step <= 4; ++step) {
+    const float a0 = (hi - lo) / (static_cast<float>(Q) + 0.25f * static_cast<float>(step));
+    if (a0 <= 0) continue;
+    // The integers this scale gives, then the least-squares a, b for them.
+    float sq = 0, sqq = 0, sx = 0, sqx = 0;
+    for (int i = 0; i < n; ++i) {
+      const auto q = static_cast<float>(std::clamp(nearest((x[i] - lo) / a0), 0, Q));
+      sq += q;
+      sqq += q * q;
+      sx += x[i];
+      sqx += q * x[i];
+    }
+    const float det = static_cast<float>(n) * sqq - sq * sq;
+    Affine f{a0, -lo};
+    if (det > 0) {
+      f.a = (static_cast<float>(n) * sqx - sq * sx) / det;
+      f.b = -(sx - f.a * sq) / static_cast<float>(n);
+      if (f.b < 0) {  // the offset must subtract: refit the scale alone with b = 0
+        f.b = 0;
+        f.a = sqq > 0 ? sqx / sqq : 0;
+      }
+    }
+    if (f.a <= 0) continue;
+    const float e = error(f);
+    if (e < best_err) best_err = e, best = f;
+  }
+  return best;
+}
+
+// The 8 sub-blocks' (a, b) of a q4_K or q5_K super-block as 6-bit integers under two f16
+// factors; writes d, dmin and the 12 scale bytes, returns the effective scales and offsets.
+template <typename Block>
+void pack_k_scales(const Affine f[8], Block& y, float eff_a[8], float eff_b[8]) {
+  float max_a = 0, max_b = 0;
+  for (int j = 0; j < 8; ++j) max_a = std::max(max_a, f[j].a), max_b = std::max(max_b, f[j].b);
+  y.d = f32_to_f16(max_a / 63.0f);
+  y.dmin = f32_to_f16(max_b / 63.0f);
+  const float d = f16_to_f32(y.d), dmin = f16_to_f32(y.dmin);
+  std::uint8_t sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = static_cast<std::uint8_t>(d > 0 ? std::clamp(nearest(f[j].a / d), 0, 63) : 0);
+    m[j] = static_cast<std::uint8_t>(dmin > 0 ? std::clamp(nearest(f[j].b / dmin), 0, 63) : 0);
+    eff_a[j] = d * sc[j];
+    eff_b[j] = dmin * m[j];
+  }
+  for (int j = 0; j < 4; ++j) {
+    y.scales[j] = static_cast<std::uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    y.scales[j + 4] = static_cast<std::uint8_t>((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+    y.scales[j + 8] = static_cast<std::uint8_t>((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+  }
+}
+
+// q of each number of a q4_K or q5_K super-block under the packed scales.
+void k_levels(const float* x, const float eff_a[8], const float eff_b[8], int Q, std::uint8_t q[256]) {
+  for (int j = 0; j < 8; ++j) {
+    const float inv = eff_a[j] > 0 ? 1.0f / eff_a[j] : 0.0f;
+    for (int l = 0; l < 32; ++l) q[32 * j + l] = static_cast<std::uint8_t>(std::clamp(nearest((x[32 * j + l] + eff_b[j]) * inv), 0, Q));
+  }
+}
+
+// The scale s (x ≈ s·q, q in −32..31) of 16 numbers: the one that maps the number of
+// largest magnitude to −32, and nearby ones, least squared error.
+float fit_symmetric(const float* x) {
+  float amax = 0, max = 0;
+  for (int i = 0; i < 16; ++i)
+    if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), max = x[i];
+  if (amax == 0) return 0;
+  float best = max / -32.0f, best_err = -1;
+  for (int step = -6; step <= 6; ++step) {
+    const float s = max / (-32.0f + 0.25f * static_cast<float>(step));
+    float e = 0;
+    for (int i = 0; i < 16; ++i) {
+      const float r = s * static_cast<float>(std::clamp(nearest(x[i] / s), -32, 31)) - x[i];
+      e += r * r;
+    }
+    if (best_err < 0 || e < best_err) best_err = e, best = s;
+  }
+  return best;
+}
+
+}  // namespace
+
+void q4_K_to_f32(const BlockQ4_K* b, float* y, std::size_t nb) {
+  for (std::size_t k = 0; k < nb; ++k, y += 256) {
+    const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
+    std::uint8_t sc[8], m[8];
+    unpack_k_scales(b[k].scales, sc, m);
+    for (int c = 0; c < 4; ++c) {
+      const float a0 = d * sc[2 * c], b0 = dmin * m[2 * c], a1 = d * sc[2 * c + 1], b1 = dmin * m[2 * c + 1];
+      const std::uint8_t* q = b[k].qs + 32 * c;
+      for (int l = 0; l < 32; ++l) {
+        y[64 * c + l] = a0 * static_cast<float>(q[l] & 15) - b0;
+        y[64 * c + 32 + l] = a1 * static_cast<float>(q[l] >> 4) - b1;
+      }
+    }
+  }
+}
+
+void q5_K_to_f32(const BlockQ5_K* b, float* y, std::size_t nb) {
+  for (std::size_t k = 0; k < nb; ++k, y += 256) {
+    const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
+    std::uint8_t sc[8], m[8];
+    unpack_k_scales(b[k].scales, sc, m);
+    for (int c = 0; c < 4; ++c) {
+      const float a0 = d * sc[2 * c], b0 = dmin * m[2 * c], a1 = d * sc[2 * c + 1], b1 = dmin * m[2 * c + 1];
+      const std::uint8_t* q = b[k].qs + 32 * c;
+      for (int l = 0; l < 32; ++l) {
+        const int h0 = (b[k].qh[l] >> (2 * c)) & 1, h1 = (b[k].qh[l] >> (2 * c + 1)) & 1;
+        y[64 * c + l] = a0 * static_cast<float>((q[l] & 15) | h0 << 4) - b0;
+        y[64 * c + 32 + l] = a1 * static_cast<float>((q[l] >> 4) | h1 << 4) - b1;
+      }
+    }
+  }
+}
+
+void q6_K_to_f32(const BlockQ6_K* b, float* y, std::size_t nb) {
+  for (std::size_t k = 0; k < nb; ++k) {
+    const float d = f16_to_f32(b[k].d);
+    for (int h = 0; h < 2; ++h, y += 128) {
+      const std::uint8_t* ql = b[k].ql + 64 * h;
+      const std::uint8_t* qh = b[k].qh + 32 * h;
+      const std::int8_t* sc = b[k].scales + 8 * h;
+      for (int g = 0; g < 4; ++g)
+        for (int l = 0; l < 32; ++l) {
+          const std::uint8_t lowbyte = ql[l + 32 * (g & 1)];
+          const int q = ((g < 2 ? lowbyte & 15 : lowbyte >> 4) | ((qh[l] >> (2 * g)) & 3) << 4) - 32;
+          y[32 * g + l] = d * static_cast<float>(sc[2 * g + l / 16]) * static_cast<float>(q);
+        }
+    }
+  }
+}
+
+void quantize_q4_K(const float* x, BlockQ4_K* y, std::size_t nb) {
+  for (std::size_t k = 0; k < nb; ++k, x += 256) {
+    Affine f[8];
+    for (int j = 0; j < 8; ++j) f[j] = fit_affine(x + 32 * j, 32, 15);
+    float a[8], b[8];
+    pack_k_scales(f, y[k], a, b);
+    std::uint8_t q[256];
+    k_levels(x, a, b, 15, q);
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) y[k].qs[32 * c + l] = static_cast<std::uint8_t>(q[64 * c + l] | q[64 * c + 32 + l] << 4);
+  }
+}
+
+void quantize_q5_K(const float* x, BlockQ5_K* y, std::size_t nb) {
+  for (std::size_t k = 0; k < nb; ++k, x += 256) {
+    Affine f[8];
+    for (int j = 0; j < 8; ++j) f[j] = fit_affine(x + 32 * j, 32, 31);
+    float a[8], b[8];
+    pack_k_scales(f, y[k], a, b);
+    std::uint8_t q[256];
+    k_levels(x, a, b, 31, q);
+    std::memset(y[k].qh, 0, sizeof y[k].qh);
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) {
+        const int q0 = q[64 * c + l], q1 = q[64 * c + 32 + l];
+        y[k].qs[32 * c + l] = static_cast<std::uint8_t>((q0 & 15) | (q1 & 15) << 4);
+        y[k].qh[l] = static_cast<std::uint8_t>(y[k].qh[l] | (q0 >> 4) << (2 * c) | (q1 >> 4) << (2 * c + 1));
+      }
+  }
+}
+
+void quantize_q6_K(const float* x, BlockQ6_K* y, std::size_t nb) {
+  for (std::size_t k = 0; k < nb; ++k, x += 256) {
+    float s[16], amax = 0;
+    for (int j = 0; j < 16; ++j) {
+      s[j] = fit_symmetric(x + 16 * j);
+      amax = std::max(amax, std::fabs(s[j]));
+    }
+    y[k].d = f32_to_f16(amax / 127.0f);
+    const float d = f16_to_f32(y[k].d);
+    std::uint8_t q[256];
+    for (int j = 0; j < 16; ++j) {
+      y[k].scales[j] = static_cast<std::int8_t>(d > 0 ? std::clamp(nearest(s[j] / d), -128, 127) : 0);
+      const float eff = d * static_cast<float>(y[k].scales[j]);
+      const float inv = eff != 0 ? 1.0f / eff : 0.0f;
+      for (int l = 0; l < 16; ++l) q[16 * j + l] = static_cast<std::uint8_t>(std::clamp(nearest(x[16 * j + l] * inv), -32, 31) + 32);
+    }
+    std::memset(y[k].qh, 0, sizeof y[k].qh);
+    for (int h = 0; h < 2; ++h) {
+      std::uint8_t* ql = y[k].ql + 64 * h;
+      std::uint8_t* qh = y[k].qh + 32 * h;
+      const std::uint8_t* qq = q + 128 * h;
+      for (int l = 0; l < 32; ++l) {
+        ql[l] = static_cast<std::uint8_t>((qq[l] & 15) | (qq[64 + l] & 15) << 4);
+        ql[l + 32] = static_cast<std::uint8_t>((qq[32 + l] & 15) | (qq[96 + l] & 15) << 4);
+        qh[l] = static_cast<std::uint8_t>(qq[l] >> 4 | (qq[32 + l] >> 4) << 2 | (qq[64 + l] >> 4) << 4 | (qq[96 + l] >> 4) << 6);
+      }
+    }
+  }
+}
+
+}  // namespace lmp
