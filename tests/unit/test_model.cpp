@@ -82,11 +82,12 @@ TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]"
   Rng r(3);
   // Row lengths that reach every loop of the kernels: 96 = 64 + 2·16; 288 (stories15M) =
   // 4·64 + 2·16; 109 = 64 + 2·16 + 8 + 5 (the float types only: q8_0 and q4_0 come in 32s);
-  // 4123 = 257·16 + 8 + 3, a long row (blocks of rows in column tiles on the AVX2 path).
+  // 4123 = 257·16 + 8 + 3, a long row (blocks of rows in column tiles on the AVX2 path);
+  // 768 (three k-quant super-blocks).
   // With AVX-512 run whole, f32 rows up to 1024 go one at a time, longer ones 4 at a time.
-  for (const int cols : {96, 288, 109, 4123}) {
-    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0}) {
-      if (cols % 32 != 0 && (t == DType::q8_0 || t == DType::q4_0)) continue;
+  for (const int cols : {96, 288, 109, 4123, 768}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_K, DType::q5_K, DType::q6_K}) {
+      if (static_cast<std::size_t>(cols) % dtype_info(t).block != 0) continue;
       INFO(dtype_name(t) << ", " << cols << " columns");
       const int rows = 12, n = 7;
       std::vector<float> W(static_cast<std::size_t>(rows * cols)), X(static_cast<std::size_t>(n * cols));
@@ -142,9 +143,10 @@ TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]"
           to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, row.data(), cols);
           double want = 0;
           for (int k = 0; k < cols; ++k) want += static_cast<double>(row[static_cast<std::size_t>(k)]) * static_cast<double>(x[k]);
-          // The batched path multiplies f32 rows; the single-token path of q8_0/q4_0 also
-          // quantizes the activations (error up to about |row|·|x|/127 per block).
-          const double tol = (t == DType::q8_0 || t == DType::q4_0) ? 0.1 : 1e-4;
+          // The batched path multiplies f32 rows; the single-token path of the block types
+          // also quantizes the activations (error up to about |row|·|x|/127 per block; a
+          // random walk over the columns: 0.1 at 288, 4.6 standard deviations).
+          const double tol = is_quantized(t) ? 0.006 * std::sqrt(static_cast<double>(cols)) : 1e-4;
           CHECK(static_cast<double>(batch[static_cast<std::size_t>(tok * rows + i)]) == Approx(want).margin(1e-4));
           CHECK(static_cast<double>(one[static_cast<std::size_t>(i)]) == Approx(want).margin(tol));
           for (const auto& [name, other] : widths) {
@@ -162,13 +164,16 @@ TEST_CASE("the AVX-512 GEMMs agree with the reference products, at every edge of
   Rng r(11);
   // Tokens, rows and columns that are not multiples of the tiles (8 and 16 tokens, 32
   // and 4 rows, 128 columns), row ranges that start inside the matrix.
+  // The k-quants go through the f32 GEMM in panels of 256 columns: 512 and 768 columns.
   for (auto [n, rows, cols, lo] : {std::tuple{1, 4, 32, 0}, std::tuple{7, 12, 96, 4}, std::tuple{17, 37, 160, 0},
-                                    std::tuple{33, 70, 288, 4}, std::tuple{40, 64, 128, 32}}) {
+                                    std::tuple{33, 70, 288, 4}, std::tuple{40, 64, 128, 32}, std::tuple{9, 37, 512, 4},
+                                    std::tuple{3, 33, 768, 0}}) {
     std::vector<float> W(static_cast<std::size_t>(rows * cols)), X(static_cast<std::size_t>(n * cols));
     for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
     for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
     X[3] = 0;  // a zero block scale must not divide by zero
-    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_K, DType::q5_K, DType::q6_K}) {
+      if (static_cast<std::size_t>(cols) % dtype_info(t).block != 0) continue;
       const bool int8 = t == DType::q8_0 || t == DType::q4_0;
       if (int8 && !gemm_q8_available()) continue;
       const std::size_t rb = dtype_bytes(t, cols);
@@ -652,7 +657,58 @@ TEST_CASE("q8_0 and q4_0 matvec equal their integer sums at every row length, wi
     }
 }
 
-TEST_CASE("quantize_activation: q = lround(x / d), d = max |x| / 127 per block of 32, halves away from zero, and the biases", "[model][ops]") {
+// The k-quants' decode step: each sub-block's integer sums times its scales, the offsets
+// of q4_K and q5_K through the activation blocks' sums. Against the dequantized row times
+// the quantized activation in double, at 1 to 9 super-blocks, activations at the int8
+// extremes and rows of one sign (offsets at their largest), on every int8 path.
+TEST_CASE("q4_K, q5_K and q6_K matvec equal the dequantized rows times the quantized activation", "[model][ops]") {
+  Rng r(37);
+  for (DType t : {DType::q4_K, DType::q5_K, DType::q6_K})
+    for (const int nsb : {1, 2, 3, 9}) {
+      const int cols = 256 * nsb, rows = 4;
+      std::vector<float> W(static_cast<std::size_t>(rows * cols)), x(static_cast<std::size_t>(cols));
+      for (int i = 0; i < rows; ++i)
+        for (int k = 0; k < cols; ++k) {
+          const double u = r.uniform();
+          // row 0 mixed signs, row 1 positive, row 2 negative, row 3 mixed and spiky
+          W[static_cast<std::size_t>(i * cols + k)] =
+              static_cast<float>(i == 1 ? u : i == 2 ? -u : i == 3 && k % 37 == 0 ? (u - 0.5) * 40 : u * 2 - 1);
+        }
+      for (auto& v : x) v = static_cast<float>(r.uniform() * 2 - 1);
+      for (int k = 0; k < cols; k += 5) x[static_cast<std::size_t>(k)] = k % 2 ? -1.0f : 1.0f;  // (±127)
+      const std::size_t rb = dtype_bytes(t, cols);
+      std::vector<std::byte> q(rb * rows);
+      for (int i = 0; i < rows; ++i) from_f32(t, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);
+      Weight w{t, q.data(), rows, cols, rb};
+      QuantizedVec xq;
+      quantize_activation(xq, x.data(), static_cast<std::size_t>(cols));
+      std::vector<double> want(rows), size(rows);
+      for (int i = 0; i < rows; ++i) {
+        std::vector<float> row(static_cast<std::size_t>(cols));
+        to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, row.data(), static_cast<std::size_t>(cols));
+        for (int k = 0; k < cols; ++k) {
+          const double term = static_cast<double>(row[static_cast<std::size_t>(k)]) *
+                               static_cast<double>(xq.q[static_cast<std::size_t>(k)]) * static_cast<double>(xq.d[static_cast<std::size_t>(k / 32)]);
+          want[static_cast<std::size_t>(i)] += term;
+          size[static_cast<std::size_t>(i)] += std::fabs(term);
+        }
+      }
+      for (auto [name, k] : {std::pair{"automatic", Int8Dots::automatic}, std::pair{"VNNI in 256 bits", Int8Dots::ymm},
+                             std::pair{"AVX2", Int8Dots::avx2}}) {
+        set_int8_dots(k);
+        std::vector<float> got(rows);
+        matvec(got.data(), w, x.data(), &xq, 0, rows);
+        for (int i = 0; i < rows; ++i) {
+          INFO(dtype_name(t) << ", " << nsb << " super-blocks, row " << i << ", " << name);
+          CHECK(static_cast<double>(got[static_cast<std::size_t>(i)]) ==
+                Approx(want[static_cast<std::size_t>(i)]).margin(2e-6 * size[static_cast<std::size_t>(i)] + 1e-6));
+        }
+      }
+      set_int8_dots(Int8Dots::automatic);
+    }
+}
+
+TEST_CASE("quantize_activation: q = lround(x / d), d = max |x| / 127 per block of 32, halves away from zero, the biases and sums", "[model][ops]") {
   Rng r(31);
   auto check = [](const std::vector<float>& x) {
     QuantizedVec xq;
@@ -676,6 +732,13 @@ TEST_CASE("quantize_activation: q = lround(x / d), d = max |x| / 127 per block o
       INFO("group " << g);
       REQUIRE(xq.bias_q4[g] == -8 * sum);
       REQUIRE(xq.bias_q8[g] == -128 * sum);
+    }
+    // Each block's d · Σ q, which q4_K's and q5_K's offsets multiply.
+    REQUIRE(xq.sum.size() == x.size() / 32);
+    for (std::size_t b = 0; b < xq.sum.size(); ++b) {
+      int sum = 0;
+      for (std::size_t j = 0; j < 32; ++j) sum += xq.q[b * 32 + j];
+      REQUIRE(xq.sum[b] == xq.d[b] * static_cast<float>(sum));
     }
   };
   // amax 127 makes d = 1: the numbers are their own quotients, halfway cases included.

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "lmpipe/core/io.h"
+#include "lmpipe/tensor_io/kquants.h"
 #include "lmpipe/tensor_io/npy_stream.h"
 #include "lmpipe/tensor_io/tensor_file.h"
 
@@ -130,6 +131,96 @@ TEST_CASE("q4_0: signed maximum, nibble order and error bound", "[tensor_io][dty
   // byte j: element j low, element j + 16 high. Element 31 (the maximum) is q = 0.
   CHECK((blk.qs[15] >> 4) == 0);
   CHECK((blk.qs[0] & 0x0F) == std::min(15, static_cast<int>(-8.0f / d + 8.5f)));
+}
+
+// The k-quants' layouts, written by hand and read back; their error on random data
+// (the conformance test ggml_kquants checks both against GGML's own code).
+TEST_CASE("q4_K, q5_K, q6_K: scale packing, number order and error", "[tensor_io][dtype]") {
+  CHECK(parse_dtype("Q4_K") == DType::q4_K);
+  CHECK(parse_dtype("q5_k") == DType::q5_K);
+  CHECK(dtype_name(DType::q6_K) == "q6_K");
+  CHECK(dtype_bytes(DType::q4_K, 512) == 288);
+  CHECK(!tensor_bytes(DType::q6_K, 288 * 2, 288));  // rows must be whole super-blocks
+  // Every (scale, min) pair of 6 bits, at every one of the 8 places, packed and unpacked.
+  for (int j = 0; j < 8; ++j)
+    for (int sc = 0; sc < 64; ++sc)
+      for (int m = 0; m < 64; m += 3) {
+        BlockQ4_K b{};
+        b.d = f32_to_f16(1.0f);
+        b.dmin = f32_to_f16(0.5f);
+        // pack as the format says (kquants.h), q = 1 everywhere
+        if (j < 4) {
+          b.scales[j] = static_cast<std::uint8_t>(sc);
+          b.scales[j + 4] = static_cast<std::uint8_t>(m);
+        } else {
+          b.scales[j + 4] = static_cast<std::uint8_t>((sc & 15) | (m & 15) << 4);
+          b.scales[j - 4] = static_cast<std::uint8_t>((sc >> 4) << 6);
+          b.scales[j] = static_cast<std::uint8_t>((m >> 4) << 6);
+        }
+        std::memset(b.qs, 0x11, sizeof b.qs);
+        float y[256];
+        to_f32(DType::q4_K, &b, y, 256);
+        for (int l = 0; l < 32; ++l) {
+          INFO("sub-block " << j << ", scale " << sc << ", min " << m);
+          REQUIRE(y[32 * j + l] == static_cast<float>(sc) - 0.5f * static_cast<float>(m));
+        }
+      }
+  // Number order: q4_K byte 32c + l holds number 64c + l low, 64c + 32 + l high; q5_K's
+  // fifth bit of number l of sub-block j is bit j of qh[l]; q6_K as kquants.h says.
+  {
+    BlockQ4_K b{};
+    b.d = f32_to_f16(1.0f);
+    for (int j = 0; j < 4; ++j) b.scales[j] = 1;
+    b.scales[8] = b.scales[9] = b.scales[10] = b.scales[11] = 0x01;  // sc 4..7 = 1, m = 0
+    b.qs[32 * 2 + 5] = 0x7A;
+    BlockQ5_K c{};
+    std::memcpy(&c, &b, 16);  // d, dmin, scales
+    c.qs[32 * 2 + 5] = 0x7A;
+    c.qh[5] = 1 << 5;  // sub-block 5 = the high nibbles of chunk 2
+    float y[256];
+    to_f32(DType::q4_K, &b, y, 256);
+    CHECK(y[128 + 5] == 10.0f);
+    CHECK(y[160 + 5] == 7.0f);
+    to_f32(DType::q5_K, &c, y, 256);
+    CHECK(y[128 + 5] == 10.0f);
+    CHECK(y[160 + 5] == 23.0f);
+    BlockQ6_K e{};
+    e.d = f32_to_f16(1.0f);
+    for (auto& s : e.scales) s = 1;
+    e.scales[8 + 2 * 3 + 1] = -2;  // half 1, group 3, numbers 16..31
+    e.ql[64 + 32 + 20] = 0x90;     // group 3 takes the high nibble of ql[l + 32]: 9
+    e.qh[32 + 20] = 3 << 6;        // its high bits: 3 → q = 9 + 48 = 57, minus 32 = 25
+    to_f32(DType::q6_K, &e, y, 256);
+    CHECK(y[128 + 96 + 20] == -50.0f);
+    CHECK(y[128 + 96 + 19] == -2.0f * -32.0f);  // q = 0 → −32 under scale −2
+    CHECK(y[0] == -32.0f);
+  }
+  // Random data: a k-quant's error is a fraction of each 16 or 32 numbers' range.
+  for (DType t : {DType::q4_K, DType::q5_K, DType::q6_K}) {
+    auto v = random_floats(256 * 16, 17, 1.5f);
+    auto q = encode(t, v);
+    REQUIRE(q.size() == 16 * dtype_info(t).block_bytes);
+    std::vector<float> back(v.size());
+    to_f32(t, q.data(), back.data(), v.size());
+    const int sub = t == DType::q6_K ? 16 : 32;
+    const float levels = t == DType::q4_K ? 15 : t == DType::q5_K ? 31 : 63;
+    double err = 0, total = 0;
+    for (std::size_t s = 0; s < v.size(); s += static_cast<std::size_t>(sub)) {
+      float lo = 0, hi = 0;
+      for (int j = 0; j < sub; ++j) lo = std::min(lo, v[s + j]), hi = std::max(hi, v[s + j]);
+      // within a step of the levels over the range (scales of 6 or 8 bits add up to half a step)
+      const float step = (hi - lo) / levels;
+      for (int j = 0; j < sub; ++j) {
+        INFO(dtype_name(t) << " number " << s + j);
+        REQUIRE(std::fabs(back[s + j] - v[s + j]) <= 1.5f * step + 1e-6f);
+        err += std::pow(back[s + j] - v[s + j], 2);
+        total += std::pow(v[s + j], 2);
+      }
+    }
+    const double rel = std::sqrt(err / total);
+    INFO(dtype_name(t) << " relative RMS error " << rel);
+    CHECK(rel < (t == DType::q4_K ? 0.09 : t == DType::q5_K ? 0.045 : 0.022));
+  }
 }
 
 TEST_CASE("every format round-trips byte for byte", "[tensor_io][roundtrip]") {
