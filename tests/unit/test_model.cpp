@@ -225,12 +225,12 @@ TEST_CASE("a few tokens at once: each row read once for all of them, the same bi
   // Columns: 96, 109 (a tail of 8 and one of 5), 2048 (one tile for 2 tokens, two for 8),
   // 4123 (a long row in three tiles and a tail); rows 13 (blocks of 4 with 1 left) and 70
   // with row ranges that start inside the matrix; tokens 1..9 and 16 (groups of 4 or 8 and what is left).
-  // q8_0 and q4_0 rows (whole blocks of 32 only) give the decode step's sums exactly, with
-  // VNNI's int8 products and with AVX2's.
+  // q8_0 and q4_0 rows (whole blocks of 32 only) and k-quant rows (2048 columns) give the
+  // decode step's sums exactly, with VNNI's int8 products and with AVX2's.
   for (auto [rows, cols] : {std::pair{13, 96}, std::pair{13, 109}, std::pair{70, 2048}, std::pair{7, 4123}}) {
-    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0}) {
-      const bool int8 = t == DType::q8_0 || t == DType::q4_0;
-      if (int8 && cols % 32 != 0) continue;
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_K, DType::q5_K, DType::q6_K}) {
+      const bool int8 = is_quantized(t);
+      if (static_cast<std::size_t>(cols) % dtype_info(t).block != 0) continue;
       std::vector<float> W(static_cast<std::size_t>(rows * cols));
       for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
       const std::size_t rb = dtype_bytes(t, cols);
@@ -397,6 +397,48 @@ TEST_CASE("q8_0 and f16 weights stay close to f32 on the same random model", "[m
   }
   std::remove(pf.c_str());
   std::remove(pq.c_str());
+}
+
+// k-quant weights (n_embd and n_ff multiples of 256): the steps, the batch of a prompt
+// (the f32 GEMM over converted rows past kFewKQuant tokens, the few-token products below)
+// and the same weights converted to f32 all agree to the activations' int8 rounding.
+TEST_CASE("q4_K, q5_K and q6_K models: steps, batches and their f32 conversion agree", "[model]") {
+  Config c = tiny_config();
+  c.n_embd = 256, c.n_ff = 512, c.n_head = 4, c.n_kv_head = 2;
+  ThreadPool pool(2);
+  kv::KvConfig kc{c.n_layer, 40, c.kv_dim()};
+  const auto V = static_cast<std::size_t>(c.n_vocab);
+  for (DType t : {DType::q4_K, DType::q5_K, DType::q6_K}) {
+    INFO(dtype_name(t));
+    const std::string pq = temp_path("kq.gguf"), pf = temp_path("kq_f32.gguf");
+    REQUIRE(write_random_gguf(pq, c, t, 21).ok());
+    auto fq = tensor_io::TensorFile::open(pq);
+    REQUIRE(fq.ok());
+    REQUIRE(convert_gguf(pf, **fq, DType::f32).ok());  // the same numbers, as f32
+    auto ff = tensor_io::TensorFile::open(pf);
+    REQUIRE(ff.ok());
+    auto mq = Transformer::load(**fq);
+    auto mf = Transformer::load(**ff);
+    REQUIRE(mq.ok());
+    REQUIRE(mf.ok());
+    std::vector<TokenId> prompt;
+    for (int i = 0; i < 30; ++i) prompt.push_back((i * 7 + 3) % c.n_vocab);
+    for (std::size_t n : {std::size_t{5}, prompt.size()}) {  // the few-token products, then the GEMM
+      INFO(n << " tokens");
+      std::vector<float> steps(V * n), batch(V * n), ref(V * n);
+      auto c1 = new_cache(kc), c2 = new_cache(kc), c3 = new_cache(kc);
+      for (std::size_t i = 0; i < n; ++i) REQUIRE((*mq)->forward(prompt[i], static_cast<int>(i), *c1, steps.data() + i * V, pool).ok());
+      REQUIRE((*mq)->forward_batch(std::span(prompt).first(n), 0, *c2, batch.data(), pool, 0, true).ok());
+      REQUIRE((*mf)->forward_batch(std::span(prompt).first(n), 0, *c3, ref.data(), pool, 0, true).ok());
+      const double range = *std::max_element(ref.begin(), ref.end()) - *std::min_element(ref.begin(), ref.end());
+      INFO("range " << range << ", steps - f32 " << max_abs(steps, ref) << ", batch - f32 " << max_abs(batch, ref));
+      CHECK(max_abs(steps, ref) <= 0.02 * range);
+      // past the few-token products, the GEMM multiplies the converted rows: f32's sums
+      CHECK(max_abs(batch, ref) <= (n > 16 ? 1e-5 : 0.02) * range);
+    }
+    std::remove(pq.c_str());
+    std::remove(pf.c_str());
+  }
 }
 
 TEST_CASE("the model on every cache: paged equals contiguous, quantized caches stay close, eviction runs on", "[model][kv]") {

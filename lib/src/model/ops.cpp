@@ -597,8 +597,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,
 // Σ (a·q − b)·x = a·Σ q·x − b·Σ x, one multiply-add of 8 sub-blocks a super-block.
 // q6_K's levels are q − 32 under a scale per 16 numbers: each pair's q·x less 32·x in 16
 // bits (at most 2 · 63 · 127), multiplied by its scale as pairs are added into 32 bits.
-__attribute__((target("avx2"))) inline __m256 u8x8_to_ps(const std::uint8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+__attribute__((target("avx2"))) inline __m256 u8x8_to_ps(std::uint64_t v) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(v))));
 }
 #define LMP_DOT_Q45_K(MADD)                                                                 \
   using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;                               \
@@ -607,7 +607,7 @@ __attribute__((target("avx2"))) inline __m256 u8x8_to_ps(const std::uint8_t* p) 
   __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, accm = acc0;                              \
   for (std::int64_t s = 0; s < nsb; ++s) {                                                  \
     prefetch_ahead(w + s, pd, 3); /* 144 or 176 bytes */                                    \
-    std::uint8_t sc[8], mn[8];                                                              \
+    std::uint64_t sc, mn;                                                                   \
     unpack_k_scales(w[s].scales, sc, mn);                                                   \
     /* each sub-block's factor: d · sc_j · (the activation block's scale) */                \
     const __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w[s].d)), u8x8_to_ps(sc)), \
@@ -929,6 +929,9 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
   }
 }
 
+// Tokens up to which k-quant rows take matmul_few (measured: docs/benchmarks.md).
+constexpr std::int64_t kFewKQuant = 16;
+
 bool matmul_few_available(DType t, std::int64_t n) {
   // Measured on Zen 4 (docs/benchmarks.md). Float rows: against the AVX-512 GEMM, which
   // packs every row first, up to 16 tokens. Against the int8 GEMM's group of 16 tokens:
@@ -937,6 +940,9 @@ bool matmul_few_available(DType t, std::int64_t n) {
   // up to 7; q8_0 rows without VNNI, the decode step's products token after token, up to 4.
   if (t == DType::q4_0) return n <= (use_vnni() ? 8 : cpu::avx2() ? 7 : 4);
   if (t == DType::q8_0) return n <= (use_vnni() ? 8 : 4);
+  // k-quant rows: the decode step's products token after token over blocks of rows in L2,
+  // against the f32 GEMM that converts every row first.
+  if (is_k_quant(t)) return n <= kFewKQuant;
   return n <= 16 && cpu::avx2() && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
 }
 

@@ -464,7 +464,7 @@ void Transformer::matmuls(std::span<const Mm> jobs, const float* x, std::int64_t
   bool int8 = false, few_int8 = false;
   for (const auto& j : jobs) {
     const Product p = product_for(j.w->dtype, n);
-    few_int8 = few_int8 || (p == Product::few && (j.w->dtype == DType::q8_0 || j.w->dtype == DType::q4_0));
+    few_int8 = few_int8 || (p == Product::few && is_quantized(j.w->dtype));
     int8 = int8 || p == Product::gemm_q8;
   }
   if (few_int8) {  // a few tokens: each quantized as the decode step quantizes it

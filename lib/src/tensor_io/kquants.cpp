@@ -1,9 +1,13 @@
 #include "lmpipe/tensor_io/kquants.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
+#include "lmpipe/core/cpu.h"
 #include "lmpipe/tensor_io/dtype.h"
 
 namespace lmp {
@@ -118,9 +122,72 @@ float fit_symmetric(const float* x) {
   return best;
 }
 
+// The conversions in 256-bit registers: the scalar loops' arithmetic (a product, then a
+// difference: no fused multiply-add, so the same bits as the scalar code and as GGML's).
+__attribute__((target("avx2"))) inline void store_levels(float* y, __m256i bytes, __m256 a, __m256 b) {
+  // 32 unsigned levels (one per byte) → y[0..32) = a·q − b
+  const __m128i lo = _mm256_castsi256_si128(bytes), hi = _mm256_extracti128_si256(bytes, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int k = 0; k < 4; ++k)
+    _mm256_storeu_ps(y + 8 * k, _mm256_sub_ps(_mm256_mul_ps(a, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k]))), b));
+}
+
+template <bool Q5>
+__attribute__((target("avx2,f16c"))) void q45_K_to_f32_avx2(const void* blocks, float* y, std::size_t nb) {
+  using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;
+  const auto* b = static_cast<const Block*>(blocks);
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (std::size_t k = 0; k < nb; ++k, y += 256) {
+    const float d = _cvtsh_ss(b[k].d), dmin = _cvtsh_ss(b[k].dmin);
+    std::uint8_t sc[8], m[8];
+    unpack_k_scales(b[k].scales, sc, m);
+    [[maybe_unused]] __m256i hb = _mm256_setzero_si256();
+    if constexpr (Q5) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[k].qh));
+    for (int c = 0; c < 4; ++c) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[k].qs + 32 * c));
+      __m256i q0 = _mm256_and_si256(bytes, low), q1 = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
+      if constexpr (Q5) {
+        const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c))),
+                      b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1))), sixteen = _mm256_set1_epi8(16);
+        q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0), sixteen));
+        q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), sixteen));
+      }
+      store_levels(y + 64 * c, q0, _mm256_set1_ps(d * sc[2 * c]), _mm256_set1_ps(dmin * m[2 * c]));
+      store_levels(y + 64 * c + 32, q1, _mm256_set1_ps(d * sc[2 * c + 1]), _mm256_set1_ps(dmin * m[2 * c + 1]));
+    }
+  }
+}
+
+__attribute__((target("avx2,f16c"))) void q6_K_to_f32_avx2(const BlockQ6_K* b, float* y, std::size_t nb) {
+  const __m256i low = _mm256_set1_epi8(0x0F), two_bits = _mm256_set1_epi8(0x30);
+  for (std::size_t k = 0; k < nb; ++k) {
+    const float d = _cvtsh_ss(b[k].d);
+    for (int h = 0; h < 2; ++h, y += 128) {
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[k].ql + 64 * h));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[k].ql + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[k].qh + 32 * h));
+      const __m256i lows[4] = {_mm256_and_si256(ql0, low), _mm256_and_si256(ql1, low),
+                               _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low)};
+      const __m256i highs[4] = {_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2), qh, _mm256_srli_epi16(qh, 2)};
+      const std::int8_t* sc = b[k].scales + 8 * h;
+      for (int g = 0; g < 4; ++g) {
+        // q − 32 as signed bytes, then widened 8 at a time
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lows[g], _mm256_and_si256(highs[g], two_bits)), _mm256_set1_epi8(32));
+        const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int p = 0; p < 4; ++p) {
+          const __m256 a = _mm256_set1_ps(d * static_cast<float>(sc[2 * g + p / 2]));
+          _mm256_storeu_ps(y + 32 * g + 8 * p, _mm256_mul_ps(a, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]))));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void q4_K_to_f32(const BlockQ4_K* b, float* y, std::size_t nb) {
+  if (cpu::avx2()) return q45_K_to_f32_avx2<false>(b, y, nb);
   for (std::size_t k = 0; k < nb; ++k, y += 256) {
     const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
     std::uint8_t sc[8], m[8];
@@ -137,6 +204,7 @@ void q4_K_to_f32(const BlockQ4_K* b, float* y, std::size_t nb) {
 }
 
 void q5_K_to_f32(const BlockQ5_K* b, float* y, std::size_t nb) {
+  if (cpu::avx2()) return q45_K_to_f32_avx2<true>(b, y, nb);
   for (std::size_t k = 0; k < nb; ++k, y += 256) {
     const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
     std::uint8_t sc[8], m[8];
@@ -154,6 +222,7 @@ void q5_K_to_f32(const BlockQ5_K* b, float* y, std::size_t nb) {
 }
 
 void q6_K_to_f32(const BlockQ6_K* b, float* y, std::size_t nb) {
+  if (cpu::avx2()) return q6_K_to_f32_avx2(b, y, nb);
   for (std::size_t k = 0; k < nb; ++k) {
     const float d = f16_to_f32(b[k].d);
     for (int h = 0; h < 2; ++h, y += 128) {

@@ -54,6 +54,18 @@ inline void unpack_k_scales(const std::uint8_t s[12], std::uint8_t sc[8], std::u
   }
 }
 
+// The same, as two 64-bit words of 8 bytes each (sub-block j in byte j), worked out on
+// three 32-bit words in registers: the kernels' form, which keeps the bytes out of memory.
+inline void unpack_k_scales(const std::uint8_t s[12], std::uint64_t& sc, std::uint64_t& m) {
+  std::uint32_t w0, w1, w2;
+  __builtin_memcpy(&w0, s, 4);
+  __builtin_memcpy(&w1, s + 4, 4);
+  __builtin_memcpy(&w2, s + 8, 4);
+  const std::uint32_t low6 = 0x3F3F3F3Fu, low4 = 0x0F0F0F0Fu, top2 = 0x03030303u;
+  sc = (w0 & low6) | static_cast<std::uint64_t>((w2 & low4) | ((w0 >> 6) & top2) << 4) << 32;
+  m = (w1 & low6) | static_cast<std::uint64_t>(((w2 >> 4) & low4) | ((w1 >> 6) & top2) << 4) << 32;
+}
+
 // nb super-blocks → nb · 256 floats.
 void q4_K_to_f32(const BlockQ4_K* b, float* y, std::size_t nb);
 void q5_K_to_f32(const BlockQ5_K* b, float* y, std::size_t nb);
