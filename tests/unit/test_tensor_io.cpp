@@ -455,6 +455,17 @@ TEST_CASE("lying and truncated headers give located errors, never a crash or a h
   f = open_bytes(b);
   REQUIRE_FALSE(f.ok());
   CHECK_THAT(f.error().message, Catch::Contains("tensor 'w'"));
+  // A ggml type lmpipe does not read (q2_K), named; a k-quant whose rows (32 numbers) are
+  // not whole super-blocks of 256.
+  const std::size_t type_at = good.find(std::string("\x01\x00\x00\x00\x00\x00\x00\x00w", 9)) + 9 + 4 + 16;
+  for (auto [type, what] : {std::pair{10u, "ggml type 10 (q2_K) is not supported"}, std::pair{12u, "rows of 32 elements are not whole 256-element blocks of q4_K"}}) {
+    b = good;
+    std::memcpy(b.data() + type_at, &type, 4);
+    f = open_bytes(b);
+    REQUIRE_FALSE(f.ok());
+    INFO(f.error().message);
+    CHECK_THAT(f.error().message, Catch::Contains(what));
+  }
   // safetensors: a header longer than the file; offsets that disagree with the shape; a hole.
   auto st = [&](const std::string& json, std::size_t data) {
     std::string s(8, '\0');

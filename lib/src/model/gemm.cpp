@@ -7,7 +7,9 @@
 // the outer-product form of BLIS's kernels: no horizontal sums, two loads per 16 FMAs.
 //
 // q8_0 and q4_0 weights (a q4_0 row is unpacked into q8_0 blocks of the same values
-// first, 4 rows at a time). The activations are quantized as q8_0 quantizes (a scale per
+// first, 4 rows at a time), and q4_K and q5_K (each sub-block of 32 unpacked into a block
+// of its levels 0..15 or 0..31, with the sub-block's scale d·sc as the block's scale and
+// its offset dmin·m taken off as dmin·m · d_x · Σ x_q, each token block's sum). The activations are quantized as q8_0 quantizes (a scale per
 // token and 32 columns) but stored as unsigned bytes, x_q + 128, in VNNI order: per group
 // of 16 tokens, 4 columns of all 16 tokens side by side (64 bytes). vpdpbusd then
 // multiplies 4 columns of 16 tokens by 4 weight bytes broadcast from the row: 64 products
@@ -22,8 +24,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "lmpipe/core/cpu.h"
+#include "lmpipe/tensor_io/kquants.h"
 
 // GCC 12 takes the _mm512_undefined_* placeholders inside its AVX-512 headers for
 // uninitialized values (a false positive of -Wmaybe-uninitialized once inlined).
@@ -124,12 +128,12 @@ inline std::int32_t load_i32(const std::int8_t* p) {
 }
 
 // Rows [r0, r0 + R) by token groups [g0, g0 + G): out (tokens, rows), ld floats apart.
-template <int R, int G>
+template <int R, int G, bool Offsets>
 __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void tile_q8(const BlockQ8_0* const* rows,
                                                                           const std::int32_t* corr, const float* dw,
-                                                                          std::size_t nb, const QuantizedBatch& xq,
-                                                                          std::size_t g0, float* out, std::size_t ld,
-                                                                          std::size_t n_tokens) {
+                                                                          const float* offs, std::size_t nb,
+                                                                          const QuantizedBatch& xq, std::size_t g0,
+                                                                          float* out, std::size_t ld, std::size_t n_tokens) {
   __m512 facc[R][G];
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < G; ++g) facc[r][g] = _mm512_setzero_ps();
@@ -153,6 +157,11 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void tile_q8(const Bl
         const __m512 s = _mm512_mul_ps(_mm512_set1_ps(dw[static_cast<std::size_t>(r) * nb + b]), dx);
         facc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][g]), s, facc[r][g]);
       }
+      if constexpr (Offsets) {
+        const __m512 sx = _mm512_loadu_ps(xq.s.data() + ((g0 + static_cast<std::size_t>(g)) * xq.blocks + b) * 16);
+        for (int r = 0; r < R; ++r)
+          facc[r][g] = _mm512_fnmadd_ps(_mm512_set1_ps(offs[static_cast<std::size_t>(r) * nb + b]), sx, facc[r][g]);
+      }
     }
   }
   for (int g = 0; g < G; ++g) {
@@ -164,15 +173,21 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void tile_q8(const Bl
   }
 }
 
-template <int R>
-void tiles_q8(const BlockQ8_0* const* rows, const std::int32_t* corr, const float* dw, std::size_t nb,
+template <int R, bool Offsets>
+void tiles_q8(const BlockQ8_0* const* rows, const std::int32_t* corr, const float* dw, const float* offs, std::size_t nb,
               const QuantizedBatch& xq, std::size_t g_lo, std::size_t g_hi, float* out, std::size_t ld) {
   std::size_t g = g_lo;
-  for (; g + 2 <= g_hi; g += 2) tile_q8<R, 2>(rows, corr, dw, nb, xq, g, out, ld, xq.n);
-  if (g < g_hi) tile_q8<R, 1>(rows, corr, dw, nb, xq, g, out, ld, xq.n);
+  for (; g + 2 <= g_hi; g += 2) tile_q8<R, 2, Offsets>(rows, corr, dw, offs, nb, xq, g, out, ld, xq.n);
+  if (g < g_hi) tile_q8<R, 1, Offsets>(rows, corr, dw, offs, nb, xq, g, out, ld, xq.n);
+}
+template <int R>
+void tiles_q8_any(bool offsets, const BlockQ8_0* const* rows, const std::int32_t* corr, const float* dw, const float* offs,
+              std::size_t nb, const QuantizedBatch& xq, std::size_t g_lo, std::size_t g_hi, float* out, std::size_t ld) {
+  if (offsets) return tiles_q8<R, true>(rows, corr, dw, offs, nb, xq, g_lo, g_hi, out, ld);
+  tiles_q8<R, false>(rows, corr, dw, offs, nb, xq, g_lo, g_hi, out, ld);
 }
 
-// corr[b] = -128 · Σ qs and dw[b] = d of a row's blocks. Σ qs through the unsigned sum of
+// corr[b] = -128 · Σ qs and (unless dw is null) dw[b] = d of a row's blocks. Σ qs through the unsigned sum of
 // absolute differences of qs + 128 from 0 (four partial sums), less 32 · 128.
 __attribute__((target("avx2,f16c"))) void row_sums(const BlockQ8_0* row, std::size_t nb, std::int32_t* corr, float* dw) {
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80)), zero = _mm256_setzero_si256();
@@ -182,7 +197,7 @@ __attribute__((target("avx2,f16c"))) void row_sums(const BlockQ8_0* row, std::si
     const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
     const auto sum = static_cast<std::int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2)))) - 32 * 128;
     corr[b] = -128 * sum;
-    dw[b] = _cvtsh_ss(row[b].d);
+    if (dw) dw[b] = _cvtsh_ss(row[b].d);
   }
 }
 
@@ -196,6 +211,38 @@ __attribute__((target("avx2"))) void unpack_q4(const BlockQ4_0* in, std::size_t 
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].qs), _mm_sub_epi8(_mm_and_si128(q, low), eight));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].qs + 16),
                      _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), low), eight));
+  }
+}
+
+// A q4_K or q5_K row's sub-blocks as q8_0 blocks of their levels (0..15, 0..31), with
+// each sub-block's scale d·sc in dw and offset dmin·m in offs (the blocks' own f16 scale
+// is not used).
+template <bool Q5>
+__attribute__((target("avx2,f16c"))) void unpack_k(const void* in, std::size_t nsb, BlockQ8_0* out, float* dw,
+                                                   float* offs) {
+  using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;
+  const auto* w = static_cast<const Block*>(in);
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (std::size_t s = 0; s < nsb; ++s, out += 8, dw += 8, offs += 8) {
+    std::uint8_t sc[8], m[8];
+    unpack_k_scales(w[s].scales, sc, m);
+    const float d = _cvtsh_ss(w[s].d), dmin = _cvtsh_ss(w[s].dmin);
+    [[maybe_unused]] __m256i hb = _mm256_setzero_si256();
+    if constexpr (Q5) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].qh));
+    for (int c = 0; c < 4; ++c) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].qs + 32 * c));
+      __m256i q0 = _mm256_and_si256(bytes, low), q1 = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
+      if constexpr (Q5) {
+        const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c))),
+                      b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1))), sixteen = _mm256_set1_epi8(16);
+        q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0), sixteen));
+        q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), sixteen));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[2 * c].qs), q0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[2 * c + 1].qs), q1);
+      out[2 * c].d = out[2 * c + 1].d = 0;
+    }
+    for (int j = 0; j < 8; ++j) dw[j] = d * sc[j], offs[j] = dmin * m[j];
   }
 }
 
@@ -250,7 +297,7 @@ __attribute__((target("avx512f"))) inline __m512 abs_ps(__m512 v) {
 // One token's blocks (AVX-512): the same values as quantize_activation's lround(x / d),
 // rounded half away from zero, plus 128.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_token(const float* row, std::size_t nb,
-                                                                       std::uint8_t* q, float* d, std::size_t lane) {
+                                                                       std::uint8_t* q, float* d, float* s, std::size_t lane) {
   // (Sign and magnitude through integer ops: AVX-512F has no float and/or without DQ.)
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   const __m512i one = _mm512_castps_si512(_mm512_set1_ps(1.0f));
@@ -270,10 +317,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_token(const f
       const __m512 r = _mm512_mask_add_ps(t, up, t, away);
       _mm512_store_si512(v + 16 * h, _mm512_cvttps_epi32(r));
     }
+    int sum = 0;
     for (std::size_t j = 0; j < 32; ++j) {
       const std::size_t c = b * 32 + j;
       q[(c / 4) * 64 + lane * 4 + c % 4] = static_cast<std::uint8_t>(v[j] + 128);
+      sum += v[j];
     }
+    s[b * 16 + lane] = db * static_cast<float>(sum);
   }
 }
 }  // namespace
@@ -283,7 +333,7 @@ void quantize_batch(QuantizedBatch& xq, const float* x, std::int64_t cols, std::
   const std::size_t nb = C / 32;
   for (auto t = static_cast<std::size_t>(t_lo); t < static_cast<std::size_t>(t_hi); ++t) {
     const std::size_t g = t / 16, lane = t % 16;
-    quantize_token(x + t * C, nb, xq.q.data() + g * C * 16, xq.d.data() + g * nb * 16, lane);
+    quantize_token(x + t * C, nb, xq.q.data() + g * C * 16, xq.d.data() + g * nb * 16, xq.s.data() + g * nb * 16, lane);
   }
 }
 
@@ -295,6 +345,7 @@ void prepare_batch(QuantizedBatch& xq, std::int64_t n, std::int64_t cols) {
   // Tokens past n in the last group: the value 0 (byte 128) and a zero scale.
   xq.q.assign(xq.groups * xq.cols * 16, 128);
   xq.d.assign(xq.groups * xq.blocks * 16, 0.0f);
+  xq.s.assign(xq.groups * xq.blocks * 16, 0.0f);
 }
 
 void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& xq, std::int64_t lo, std::int64_t hi,
@@ -302,8 +353,9 @@ void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& 
   const std::size_t nb = static_cast<std::size_t>(w.cols) / 32;
   s.corr.resize(4 * nb);
   s.dw.resize(4 * nb);
-  const bool q4 = w.dtype == DType::q4_0;
-  if (q4) s.unpacked.resize(4 * nb);
+  const bool q4 = w.dtype == DType::q4_0, kq = w.dtype == DType::q4_K || w.dtype == DType::q5_K;
+  if (q4 || kq) s.unpacked.resize(4 * nb);
+  if (kq) s.offs.resize(4 * nb);
   // Groups of tokens per pass over the rows: their activations (cols · 16 bytes a group)
   // stay in L2 while the rows stream by.
   const std::size_t chunk = std::max<std::size_t>(2, (std::size_t{512} << 10) / (xq.cols * 16) / 2 * 2);
@@ -314,21 +366,25 @@ void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& 
       const BlockQ8_0* rows[4];
       for (int r = 0; r < R; ++r) {
         const std::byte* row = w.data + static_cast<std::size_t>(r0 + r) * w.row_bytes;
-        if (q4) {
-          BlockQ8_0* u = s.unpacked.data() + static_cast<std::size_t>(r) * nb;
-          unpack_q4(reinterpret_cast<const BlockQ4_0*>(row), nb, u);
-          rows[r] = u;
+        BlockQ8_0* u = s.unpacked.data() + static_cast<std::size_t>(r) * nb;
+        float* dw = s.dw.data() + static_cast<std::size_t>(r) * nb;
+        if (q4) unpack_q4(reinterpret_cast<const BlockQ4_0*>(row), nb, u);
+        rows[r] = q4 || kq ? u : reinterpret_cast<const BlockQ8_0*>(row);
+        if (kq) {
+          float* offs = s.offs.data() + static_cast<std::size_t>(r) * nb;
+          if (w.dtype == DType::q5_K) unpack_k<true>(row, nb / 8, u, dw, offs);
+          else unpack_k<false>(row, nb / 8, u, dw, offs);
+          row_sums(rows[r], nb, s.corr.data() + static_cast<std::size_t>(r) * nb, nullptr);
         } else {
-          rows[r] = reinterpret_cast<const BlockQ8_0*>(row);
+          row_sums(rows[r], nb, s.corr.data() + static_cast<std::size_t>(r) * nb, dw);
         }
-        row_sums(rows[r], nb, s.corr.data() + static_cast<std::size_t>(r) * nb, s.dw.data() + static_cast<std::size_t>(r) * nb);
       }
       float* o = out + static_cast<std::size_t>(r0 - lo);
       switch (R) {
-        case 4: tiles_q8<4>(rows, s.corr.data(), s.dw.data(), nb, xq, g0, g1, o, ld); break;
-        case 3: tiles_q8<3>(rows, s.corr.data(), s.dw.data(), nb, xq, g0, g1, o, ld); break;
-        case 2: tiles_q8<2>(rows, s.corr.data(), s.dw.data(), nb, xq, g0, g1, o, ld); break;
-        default: tiles_q8<1>(rows, s.corr.data(), s.dw.data(), nb, xq, g0, g1, o, ld); break;
+        case 4: tiles_q8_any<4>(kq, rows, s.corr.data(), s.dw.data(), s.offs.data(), nb, xq, g0, g1, o, ld); break;
+        case 3: tiles_q8_any<3>(kq, rows, s.corr.data(), s.dw.data(), s.offs.data(), nb, xq, g0, g1, o, ld); break;
+        case 2: tiles_q8_any<2>(kq, rows, s.corr.data(), s.dw.data(), s.offs.data(), nb, xq, g0, g1, o, ld); break;
+        default: tiles_q8_any<1>(kq, rows, s.corr.data(), s.dw.data(), s.offs.data(), nb, xq, g0, g1, o, ld); break;
       }
     }
   }

@@ -14,15 +14,17 @@ using tensor_io::TensorInfo;
 namespace {
 
 // How prompt processing multiplies n tokens by weights of type t: a few tokens read each
-// row once for all (matmul_few); more go to the AVX-512 GEMMs, f32 ones or int8 ones (q8_0,
-// and q4_0 unpacked to q8_0 blocks; the k-quants go to the f32 one, converted as they are
-// packed); without AVX-512, rows converted to f32 (matmul).
+// row once for all (matmul_few); more go to the AVX-512 GEMMs, f32 ones or int8 ones (q8_0;
+// q4_0, q4_K and q5_K unpacked to q8_0 blocks; q6_K, whose scales cover 16 numbers, to the
+// f32 one, converted as it is packed, as the k-quants without VNNI); without AVX-512, rows
+// converted to f32 (matmul).
 enum class Product { few, gemm_f32, gemm_q8, generic };
 Product product_for(DType t, std::int64_t n) {
   if (matmul_few_available(t, n)) return Product::few;
+  if ((t == DType::q8_0 || t == DType::q4_0 || t == DType::q4_K || t == DType::q5_K) && gemm_q8_available())
+    return Product::gemm_q8;
   if ((t == DType::f32 || t == DType::f16 || t == DType::bf16 || is_k_quant(t)) && gemm_f32_available())
     return Product::gemm_f32;
-  if ((t == DType::q8_0 || t == DType::q4_0) && gemm_q8_available()) return Product::gemm_q8;
   return Product::generic;
 }
 

@@ -39,6 +39,7 @@ struct QuantizedBatch {
   std::size_t n = 0, cols = 0, blocks = 0, groups = 0;  // tokens, columns, cols/32, ceil(n/16)
   std::vector<std::uint8_t> q;  // (groups, cols/4, 16, 4)
   std::vector<float> d;         // (groups, blocks, 16) scales; 0 for tokens past n
+  std::vector<float> s;         // (groups, blocks, 16) d · Σ x_q of each token's block (k-quant offsets)
 };
 
 // out (hi - lo) = W[lo:hi] · x, x (cols); `xq` is x quantized (needed for the block types,
@@ -56,8 +57,8 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
 // products): out (n, hi - lo) = X (n, cols) · W[lo:hi]ᵀ with the weights read from memory
 // once for all n tokens. f32, f16 and bf16 rows: 4 rows × 4 tokens in registers (AVX2).
 // q4_0 rows (and q8_0 rows with VNNI): each block unpacked once for 4 tokens at a time;
-// q8_0 rows without VNNI: the decode step's products token after token over blocks of
-// rows that stay in L2. `xq` holds the n tokens quantized, and each token's sums are the
+// q8_0 rows without VNNI, and k-quant rows: the decode step's products token after token
+// over blocks of rows that stay in L2. `xq` holds the n tokens quantized, and each token's sums are the
 // decode step's, bit for bit. matmul_few_available says whether n tokens of type t take
 // this path.
 bool matmul_few_available(DType t, std::int64_t n);
@@ -70,7 +71,8 @@ struct GemmScratch {
   std::vector<float> row;          // one converted row slice
   std::vector<std::int32_t> corr;  // (4, cols/32) -128 · Σ w of each row block
   std::vector<float> dw;           // (4, cols/32) the row blocks' scales
-  std::vector<BlockQ8_0> unpacked; // (4, cols/32) q4_0 rows as q8_0 blocks
+  std::vector<BlockQ8_0> unpacked; // (4, cols/32) q4_0 and k-quant rows as q8_0 blocks
+  std::vector<float> offs;         // (4, cols/32) q4_K and q5_K rows' offsets (dmin · m) per block
 };
 bool gemm_f32_available();  // AVX-512F
 bool gemm_q8_available();   // AVX-512 VNNI
@@ -82,8 +84,8 @@ void gemm_f32(float* out, std::size_t ld, const Weight& w, const float* x, std::
 // of X (n, cols) into it (threads may take disjoint ranges).
 void prepare_batch(QuantizedBatch& xq, std::int64_t n, std::int64_t cols);
 void quantize_batch(QuantizedBatch& xq, const float* x, std::int64_t cols, std::int64_t t_lo, std::int64_t t_hi);
-// out (n, hi - lo) = X · W[lo:hi]ᵀ for q8_0 and q4_0 weights, X given quantized: int8
-// products (vpdpbusd), 4 rows × 32 tokens at a time.
+// out (n, hi - lo) = X · W[lo:hi]ᵀ for q8_0, q4_0, q4_K and q5_K weights, X given
+// quantized: int8 products (vpdpbusd), 4 rows × 32 tokens at a time.
 void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& xq, std::int64_t lo, std::int64_t hi,
              GemmScratch& s);
 
