@@ -382,6 +382,8 @@ const char* kExamples =
     "  generate -m model.gguf -p 'Once' -n 64 --kv paged --num-samples 4   # 4 continuations share the prompt\n"
     "  generate -m model.gguf --ids p.ids -n 100000 --ctx 2048 --kv-evict sinks --kv-type int8\n"
     "  generate -m tinyllama.gguf --ids p.ids -n 1000 --no-mmap -j 2        # long runs: weights in huge pages\n"
+    "  generate synth --preset tinyllama-1.1b --dtype q4_K -o tl.gguf        # random weights in llama.cpp's Q4_K\n"
+    "  generate convert -m stories110M.gguf --dtype q6_K -o s110-q6k.gguf\n"
     "  generate perplexity -m model.gguf -t tokenizer.json wiki.txt --ctx 512   # perplexity in sliding windows\n"
     "  generate perplexity -m model.gguf --ids text.ids --per-token -q | sort -t$'\\t' -k3 -g | head   # least likely tokens";
 
@@ -517,6 +519,10 @@ int main(int argc, char** argv) {
         c.tied = true;
       }
       if (untied) c.tied = false;
+      const std::size_t block = dtype_info(*parse_dtype(synth_dtype)).block;
+      if (static_cast<std::size_t>(c.n_embd) % block || static_cast<std::size_t>(c.n_ff) % block)
+        throw cli::UsageError(fmt::format("--dtype {} needs n_embd and n_ff that are multiples of {} (here {} and {})",
+                                          synth_dtype, block, c.n_embd, c.n_ff));
       cli::note(fmt::format("writing {}: {} layers, n_embd {}, {} heads ({} kv), n_ff {}, vocab {}, {}, {}", synth_out, c.n_layer,
                             c.n_embd, c.n_head, c.n_kv_head, c.n_ff, c.n_vocab, c.tied ? "tied" : "untied", synth_dtype));
       return model::write_random_gguf(synth_out, c, *parse_dtype(synth_dtype), synth_seed);
