@@ -78,6 +78,16 @@ def rel_rms(a, b):
 
 
 bad = 0
+
+
+def same_bits(what, got, want):
+    global bad
+    if np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+        print(f"ok   {what}: {want.size} floats identical")
+    else:
+        print(f"FAIL {what}: max |diff| {np.max(np.abs(got - want)):g}"); bad = 1
+
+
 x = matrices()
 np.save(f"{work}/x.npy", x)
 for t in TYPES:
@@ -94,19 +104,11 @@ for t in TYPES:
     theirs = f"{work}/theirs_{t}.gguf"
     with open(theirs, "wb") as f:
         f.write(raw[:data_start + off] + theirs_blocks.tobytes() + raw[data_start + off + nbytes:])
-    want = ggml_dequantize(t, theirs_blocks, x.shape)
-    got = lmpipe_rows(theirs, x.shape[0])
-    if np.array_equal(got.view(np.uint32), want.view(np.uint32)):
-        print(f"ok   {t}: GGML's blocks read by lmpipe: {x.size} floats identical to dequantize_row_{t}")
-    else:
-        print(f"FAIL {t}: GGML's blocks read by lmpipe differ: max |diff| {np.max(np.abs(got - want)):g}"); bad = 1
+    same_bits(f"{t}: GGML's blocks read by lmpipe, against dequantize_row_{t}", lmpipe_rows(theirs, x.shape[0]),
+              ggml_dequantize(t, theirs_blocks, x.shape))
     # 2. lmpipe's blocks read by GGML
-    want = ggml_dequantize(t, ours_blocks, x.shape)
     got = lmpipe_rows(ours, x.shape[0])
-    if np.array_equal(got.view(np.uint32), want.view(np.uint32)):
-        print(f"ok   {t}: lmpipe's blocks read by GGML: {x.size} floats identical")
-    else:
-        print(f"FAIL {t}: lmpipe's blocks read by GGML differ: max |diff| {np.max(np.abs(got - want)):g}"); bad = 1
+    same_bits(f"{t}: lmpipe's blocks read by GGML", got, ggml_dequantize(t, ours_blocks, x.shape))
     # 3. quantization error
     e_ours = rel_rms(got, x)
     e_ggml = rel_rms(ggml_dequantize(t, theirs_blocks, x.shape), x)

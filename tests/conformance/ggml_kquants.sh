@@ -4,11 +4,7 @@
 # scripts/test installs), called from Python (ggml_kquants.py says what is checked).
 # Needs no shared data.
 . "$(dirname "$0")/common.inc"
-py=""
-for p in /usr/bin/python3 python3; do
-  if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import numpy' 2>/dev/null; then py=$p; break; fi
-done
-[ -n "$py" ] || { echo "SKIP: no python3 with numpy (Debian: python3-numpy)"; exit 77; }
+require_numpy_python
 node_path=${LMPIPE_NODE_PATH:-${XDG_CACHE_HOME:-$HOME/.cache}/lmpipe-npm/node_modules}
 lib=$(ls "$node_path"/@node-llama-cpp/linux-x64/bins/*/libggml-base.so 2>/dev/null | head -1)
 [ -n "$lib" ] || { echo "SKIP: the npm package @node-llama-cpp/linux-x64 is not installed in '$node_path' (scripts/test installs it)"; exit 77; }

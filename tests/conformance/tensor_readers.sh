@@ -7,11 +7,7 @@
 # Needs no shared data (the models are in tests/data); with ../shared/data present it
 # also exports the real stories260K checkpoint.
 . "$(dirname "$0")/common.inc"
-py=""
-for p in /usr/bin/python3 python3; do
-  if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import numpy' 2>/dev/null; then py=$p; break; fi
-done
-[ -n "$py" ] || { echo "SKIP: no python3 with numpy (Debian: python3-numpy)"; exit 77; }
+require_numpy_python
 node_path=${LMPIPE_NODE_PATH:-${XDG_CACHE_HOME:-$HOME/.cache}/lmpipe-npm/node_modules}
 if ! NODE_PATH="$node_path" node -e 'require.resolve("@huggingface/gguf")' 2>/dev/null; then
   echo "SKIP: the npm package @huggingface/gguf is not installed (scripts/test installs it)"; exit 77

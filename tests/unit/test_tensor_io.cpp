@@ -195,6 +195,39 @@ TEST_CASE("q4_K, q5_K, q6_K: scale packing, number order and error", "[tensor_io
     CHECK(y[128 + 96 + 19] == -2.0f * -32.0f);  // q = 0 → −32 under scale −2
     CHECK(y[0] == -32.0f);
   }
+  // Blocks of random bytes (f16 factors kept finite): the portable loops and the AVX2
+  // conversions give the same bits.
+  {
+    std::mt19937 g(41);
+    auto fill = [&](auto& blocks) {
+      for (auto& b : blocks) {
+        auto* p = reinterpret_cast<std::uint8_t*>(&b);
+        for (std::size_t i = 0; i < sizeof b; ++i) p[i] = static_cast<std::uint8_t>(g());
+      }
+    };
+    auto finite = [&](std::uint16_t& h) { h = static_cast<std::uint16_t>(h & 0xBBFF); };  // exponent < 31
+    std::vector<BlockQ4_K> b4(64);
+    std::vector<BlockQ5_K> b5(64);
+    std::vector<BlockQ6_K> b6(64);
+    fill(b4), fill(b5), fill(b6);
+    for (auto& b : b4) finite(b.d), finite(b.dmin);
+    for (auto& b : b5) finite(b.d), finite(b.dmin);
+    for (auto& b : b6) finite(b.d);
+    std::vector<float> fast(64 * 256), slow(64 * 256);
+    auto same = [&](const char* what) {
+      INFO(what);
+      CHECK(std::memcmp(fast.data(), slow.data(), fast.size() * 4) == 0);
+    };
+    to_f32(DType::q4_K, b4.data(), fast.data(), fast.size());
+    q4_K_to_f32_scalar(b4.data(), slow.data(), 64);
+    same("q4_K");
+    to_f32(DType::q5_K, b5.data(), fast.data(), fast.size());
+    q5_K_to_f32_scalar(b5.data(), slow.data(), 64);
+    same("q5_K");
+    to_f32(DType::q6_K, b6.data(), fast.data(), fast.size());
+    q6_K_to_f32_scalar(b6.data(), slow.data(), 64);
+    same("q6_K");
+  }
   // Random data: a k-quant's error is a fraction of each 16 or 32 numbers' range.
   for (DType t : {DType::q4_K, DType::q5_K, DType::q6_K}) {
     auto v = random_floats(256 * 16, 17, 1.5f);

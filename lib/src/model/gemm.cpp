@@ -222,22 +222,13 @@ __attribute__((target("avx2,f16c"))) void unpack_k(const void* in, std::size_t n
                                                    float* offs) {
   using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;
   const auto* w = static_cast<const Block*>(in);
-  const __m256i low = _mm256_set1_epi8(0x0F);
   for (std::size_t s = 0; s < nsb; ++s, out += 8, dw += 8, offs += 8) {
     std::uint8_t sc[8], m[8];
     unpack_k_scales(w[s].scales, sc, m);
     const float d = _cvtsh_ss(w[s].d), dmin = _cvtsh_ss(w[s].dmin);
-    [[maybe_unused]] __m256i hb = _mm256_setzero_si256();
-    if constexpr (Q5) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].qh));
     for (int c = 0; c < 4; ++c) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].qs + 32 * c));
-      __m256i q0 = _mm256_and_si256(bytes, low), q1 = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
-      if constexpr (Q5) {
-        const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c))),
-                      b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1))), sixteen = _mm256_set1_epi8(16);
-        q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0), sixteen));
-        q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), sixteen));
-      }
+      __m256i q0, q1;
+      k_levels_avx2(w[s], c, q0, q1);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[2 * c].qs), q0);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[2 * c + 1].qs), q1);
       out[2 * c].d = out[2 * c + 1].d = 0;

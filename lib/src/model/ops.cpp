@@ -603,7 +603,7 @@ __attribute__((target("avx2"))) inline __m256 u8x8_to_ps(std::uint64_t v) {
 #define LMP_DOT_Q45_K(MADD)                                                                 \
   using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;                               \
   const auto* w = reinterpret_cast<const Block*>(row);                                     \
-  const __m256i low = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();                \
+  const __m256i zero = _mm256_setzero_si256();                                             \
   __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, accm = acc0;                              \
   for (std::int64_t s = 0; s < nsb; ++s) {                                                  \
     prefetch_ahead(w + s, pd, 3); /* 144 or 176 bytes */                                    \
@@ -615,17 +615,9 @@ __attribute__((target("avx2"))) inline __m256 u8x8_to_ps(std::uint64_t v) {
     accm = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w[s].dmin)), u8x8_to_ps(mn)), \
                            _mm256_loadu_ps(xs + 8 * s), accm);                              \
     const std::int8_t* x = xq + 256 * s;                                                    \
-    [[maybe_unused]] __m256i hb = zero;                                                     \
-    if constexpr (Q5) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].qh));   \
     for (int c = 0; c < 4; ++c) {                                                           \
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].qs + 32 * c)); \
-      __m256i lo = _mm256_and_si256(bytes, low), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low); \
-      if constexpr (Q5) {                                                                   \
-        const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c))),               \
-                      b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1))), sixteen = _mm256_set1_epi8(16); \
-        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0), sixteen)); \
-        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), sixteen)); \
-      }                                                                                     \
+      __m256i lo, hi;                                                                       \
+      k_levels_avx2(w[s], c, lo, hi);                                                       \
       const __m256i plo = MADD(zero, lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * c))); \
       const __m256i phi = MADD(zero, hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * c + 32))); \
       acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(plo), _mm256_permutevar8x32_ps(f, _mm256_set1_epi32(2 * c)), acc0); \

@@ -136,22 +136,13 @@ template <bool Q5>
 __attribute__((target("avx2,f16c"))) void q45_K_to_f32_avx2(const void* blocks, float* y, std::size_t nb) {
   using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;
   const auto* b = static_cast<const Block*>(blocks);
-  const __m256i low = _mm256_set1_epi8(0x0F);
   for (std::size_t k = 0; k < nb; ++k, y += 256) {
     const float d = _cvtsh_ss(b[k].d), dmin = _cvtsh_ss(b[k].dmin);
     std::uint8_t sc[8], m[8];
     unpack_k_scales(b[k].scales, sc, m);
-    [[maybe_unused]] __m256i hb = _mm256_setzero_si256();
-    if constexpr (Q5) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[k].qh));
     for (int c = 0; c < 4; ++c) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[k].qs + 32 * c));
-      __m256i q0 = _mm256_and_si256(bytes, low), q1 = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
-      if constexpr (Q5) {
-        const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c))),
-                      b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1))), sixteen = _mm256_set1_epi8(16);
-        q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0), sixteen));
-        q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), sixteen));
-      }
+      __m256i q0, q1;
+      k_levels_avx2(b[k], c, q0, q1);
       store_levels(y + 64 * c, q0, _mm256_set1_ps(d * sc[2 * c]), _mm256_set1_ps(dmin * m[2 * c]));
       store_levels(y + 64 * c + 32, q1, _mm256_set1_ps(d * sc[2 * c + 1]), _mm256_set1_ps(dmin * m[2 * c + 1]));
     }
@@ -184,45 +175,72 @@ __attribute__((target("avx2,f16c"))) void q6_K_to_f32_avx2(const BlockQ6_K* b, f
   }
 }
 
+// Number l of sub-blocks 2c and 2c + 1 of a q4_K or q5_K super-block: its level.
+template <typename Block>
+int k_level(const Block& b, int c, int l, int hi) {
+  const int nibble = hi ? b.qs[32 * c + l] >> 4 : b.qs[32 * c + l] & 15;
+  if constexpr (std::is_same_v<Block, BlockQ5_K>) return nibble | ((b.qh[l] >> (2 * c + hi)) & 1) << 4;
+  return nibble;
+}
+
+template <typename Block>
+void q45_K_to_f32_scalar(const Block* b, float* y, std::size_t nb) {
+  for (std::size_t k = 0; k < nb; ++k, y += 256) {
+    const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
+    std::uint8_t sc[8], m[8];
+    unpack_k_scales(b[k].scales, sc, m);
+    for (int c = 0; c < 4; ++c)
+      for (int h = 0; h < 2; ++h) {
+        const float a = d * sc[2 * c + h], o = dmin * m[2 * c + h];
+        for (int l = 0; l < 32; ++l) y[64 * c + 32 * h + l] = a * static_cast<float>(k_level(b[k], c, l, h)) - o;
+      }
+  }
+}
+
+// q4_K (levels 0..15) and q5_K (0..31, the fifth bit of number l of sub-block j in bit j
+// of qh[l]).
+template <typename Block>
+void quantize_q45_K(const float* x, Block* y, std::size_t nb) {
+  constexpr bool q5 = std::is_same_v<Block, BlockQ5_K>;
+  constexpr int Q = q5 ? 31 : 15;
+  for (std::size_t k = 0; k < nb; ++k, x += 256) {
+    Affine f[8];
+    for (int j = 0; j < 8; ++j) f[j] = fit_affine(x + 32 * j, 32, Q);
+    float a[8], b[8];
+    pack_k_scales(f, y[k], a, b);
+    std::uint8_t q[256];
+    k_levels(x, a, b, Q, q);
+    if constexpr (q5) std::memset(y[k].qh, 0, sizeof y[k].qh);
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) {
+        const int q0 = q[64 * c + l], q1 = q[64 * c + 32 + l];
+        y[k].qs[32 * c + l] = static_cast<std::uint8_t>((q0 & 15) | (q1 & 15) << 4);
+        if constexpr (q5) y[k].qh[l] = static_cast<std::uint8_t>(y[k].qh[l] | (q0 >> 4) << (2 * c) | (q1 >> 4) << (2 * c + 1));
+      }
+  }
+}
+
 }  // namespace
 
 void q4_K_to_f32(const BlockQ4_K* b, float* y, std::size_t nb) {
   if (cpu::avx2()) return q45_K_to_f32_avx2<false>(b, y, nb);
-  for (std::size_t k = 0; k < nb; ++k, y += 256) {
-    const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
-    std::uint8_t sc[8], m[8];
-    unpack_k_scales(b[k].scales, sc, m);
-    for (int c = 0; c < 4; ++c) {
-      const float a0 = d * sc[2 * c], b0 = dmin * m[2 * c], a1 = d * sc[2 * c + 1], b1 = dmin * m[2 * c + 1];
-      const std::uint8_t* q = b[k].qs + 32 * c;
-      for (int l = 0; l < 32; ++l) {
-        y[64 * c + l] = a0 * static_cast<float>(q[l] & 15) - b0;
-        y[64 * c + 32 + l] = a1 * static_cast<float>(q[l] >> 4) - b1;
-      }
-    }
-  }
+  q45_K_to_f32_scalar(b, y, nb);
 }
 
 void q5_K_to_f32(const BlockQ5_K* b, float* y, std::size_t nb) {
   if (cpu::avx2()) return q45_K_to_f32_avx2<true>(b, y, nb);
-  for (std::size_t k = 0; k < nb; ++k, y += 256) {
-    const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
-    std::uint8_t sc[8], m[8];
-    unpack_k_scales(b[k].scales, sc, m);
-    for (int c = 0; c < 4; ++c) {
-      const float a0 = d * sc[2 * c], b0 = dmin * m[2 * c], a1 = d * sc[2 * c + 1], b1 = dmin * m[2 * c + 1];
-      const std::uint8_t* q = b[k].qs + 32 * c;
-      for (int l = 0; l < 32; ++l) {
-        const int h0 = (b[k].qh[l] >> (2 * c)) & 1, h1 = (b[k].qh[l] >> (2 * c + 1)) & 1;
-        y[64 * c + l] = a0 * static_cast<float>((q[l] & 15) | h0 << 4) - b0;
-        y[64 * c + 32 + l] = a1 * static_cast<float>((q[l] >> 4) | h1 << 4) - b1;
-      }
-    }
-  }
+  q45_K_to_f32_scalar(b, y, nb);
 }
+
+void q4_K_to_f32_scalar(const BlockQ4_K* b, float* y, std::size_t nb) { q45_K_to_f32_scalar(b, y, nb); }
+void q5_K_to_f32_scalar(const BlockQ5_K* b, float* y, std::size_t nb) { q45_K_to_f32_scalar(b, y, nb); }
 
 void q6_K_to_f32(const BlockQ6_K* b, float* y, std::size_t nb) {
   if (cpu::avx2()) return q6_K_to_f32_avx2(b, y, nb);
+  q6_K_to_f32_scalar(b, y, nb);
+}
+
+void q6_K_to_f32_scalar(const BlockQ6_K* b, float* y, std::size_t nb) {
   for (std::size_t k = 0; k < nb; ++k) {
     const float d = f16_to_f32(b[k].d);
     for (int h = 0; h < 2; ++h, y += 128) {
@@ -239,36 +257,8 @@ void q6_K_to_f32(const BlockQ6_K* b, float* y, std::size_t nb) {
   }
 }
 
-void quantize_q4_K(const float* x, BlockQ4_K* y, std::size_t nb) {
-  for (std::size_t k = 0; k < nb; ++k, x += 256) {
-    Affine f[8];
-    for (int j = 0; j < 8; ++j) f[j] = fit_affine(x + 32 * j, 32, 15);
-    float a[8], b[8];
-    pack_k_scales(f, y[k], a, b);
-    std::uint8_t q[256];
-    k_levels(x, a, b, 15, q);
-    for (int c = 0; c < 4; ++c)
-      for (int l = 0; l < 32; ++l) y[k].qs[32 * c + l] = static_cast<std::uint8_t>(q[64 * c + l] | q[64 * c + 32 + l] << 4);
-  }
-}
-
-void quantize_q5_K(const float* x, BlockQ5_K* y, std::size_t nb) {
-  for (std::size_t k = 0; k < nb; ++k, x += 256) {
-    Affine f[8];
-    for (int j = 0; j < 8; ++j) f[j] = fit_affine(x + 32 * j, 32, 31);
-    float a[8], b[8];
-    pack_k_scales(f, y[k], a, b);
-    std::uint8_t q[256];
-    k_levels(x, a, b, 31, q);
-    std::memset(y[k].qh, 0, sizeof y[k].qh);
-    for (int c = 0; c < 4; ++c)
-      for (int l = 0; l < 32; ++l) {
-        const int q0 = q[64 * c + l], q1 = q[64 * c + 32 + l];
-        y[k].qs[32 * c + l] = static_cast<std::uint8_t>((q0 & 15) | (q1 & 15) << 4);
-        y[k].qh[l] = static_cast<std::uint8_t>(y[k].qh[l] | (q0 >> 4) << (2 * c) | (q1 >> 4) << (2 * c + 1));
-      }
-  }
-}
+void quantize_q4_K(const float* x, BlockQ4_K* y, std::size_t nb) { quantize_q45_K(x, y, nb); }
+void quantize_q5_K(const float* x, BlockQ5_K* y, std::size_t nb) { quantize_q45_K(x, y, nb); }
 
 void quantize_q6_K(const float* x, BlockQ6_K* y, std::size_t nb) {
   for (std::size_t k = 0; k < nb; ++k, x += 256) {

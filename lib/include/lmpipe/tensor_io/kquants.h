@@ -18,8 +18,11 @@
 // Rows must hold a multiple of 256 numbers (tensor_bytes refuses others).
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace lmp {
 
@@ -66,10 +69,32 @@ inline void unpack_k_scales(const std::uint8_t s[12], std::uint64_t& sc, std::ui
   m = (w1 & low6) | static_cast<std::uint64_t>(((w2 >> 4) & low4) | ((w1 >> 6) & top2) << 4) << 32;
 }
 
+// The levels of a q4_K or q5_K super-block's sub-blocks 2c (lo) and 2c + 1 (hi), one byte
+// a number (0..15, or 0..31 with q5_K's fifth bits), in 256-bit registers: the common
+// first step of the conversion, the decode step's dot products and the int8 GEMM.
+template <typename Block>
+__attribute__((target("avx2"))) inline void k_levels_avx2(const Block& b, int c, __m256i& lo, __m256i& hi) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+  lo = _mm256_and_si256(bytes, low);
+  hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
+  if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+    const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c))),
+                  b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1))), sixteen = _mm256_set1_epi8(16);
+    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0), sixteen));
+    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), sixteen));
+  }
+}
+
 // nb super-blocks → nb · 256 floats.
 void q4_K_to_f32(const BlockQ4_K* b, float* y, std::size_t nb);
 void q5_K_to_f32(const BlockQ5_K* b, float* y, std::size_t nb);
 void q6_K_to_f32(const BlockQ6_K* b, float* y, std::size_t nb);
+// The portable loops those take without AVX2: the same bits (the unit tests compare them).
+void q4_K_to_f32_scalar(const BlockQ4_K* b, float* y, std::size_t nb);
+void q5_K_to_f32_scalar(const BlockQ5_K* b, float* y, std::size_t nb);
+void q6_K_to_f32_scalar(const BlockQ6_K* b, float* y, std::size_t nb);
 // nb · 256 floats → nb super-blocks. Each sub-block's scale and offset fit its numbers'
 // range (q4_K, q5_K) or its largest magnitude (q6_K), then a few nearby scales are tried
 // and the one with the least squared error is kept.
