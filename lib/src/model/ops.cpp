@@ -643,7 +643,7 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_
 __attribute__((target("avx2,fma,f16c"))) float dot_q6_K_avx2(const std::byte* row, const std::int8_t* xq, const float* xd,
                                                            std::int64_t nsb, std::ptrdiff_t pd) {
   const auto* w = reinterpret_cast<const BlockQ6_K*>(row);
-  const __m256i low = _mm256_set1_epi8(0x0F), two_bits = _mm256_set1_epi8(0x30), m32 = _mm256_set1_epi8(32);
+  const __m256i m32 = _mm256_set1_epi8(32);
   // Within each 128-bit half, its 16-bit lanes all take the first (low half) or the second
   // (high half) int16 of a 32-bit lane: a pair of scales spread over 16 + 16 numbers.
   const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
@@ -654,15 +654,11 @@ __attribute__((target("avx2,fma,f16c"))) float dot_q6_K_avx2(const std::byte* ro
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[s].scales)));
     const float d = _cvtsh_ss(w[s].d);
     for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].ql + 64 * h));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].ql + 64 * h + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s].qh + 32 * h));
-      const __m256i lows[4] = {_mm256_and_si256(ql0, low), _mm256_and_si256(ql1, low),
-                               _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low)};
-      const __m256i highs[4] = {_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2), qh, _mm256_srli_epi16(qh, 2)};
+      __m256i levels[4];
+      q6_levels_avx2(w[s], h, levels);
       for (int g = 0; g < 4; ++g) {
         const int blk = 8 * static_cast<int>(s) + 4 * h + g;  // the activation's block
-        const __m256i q = _mm256_or_si256(lows[g], _mm256_and_si256(highs[g], two_bits));
+        const __m256i q = levels[g];
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * blk));
         const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(m32, xv));
         const __m256i scv = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(4 * h + g)), spread);

@@ -150,20 +150,15 @@ __attribute__((target("avx2,f16c"))) void q45_K_to_f32_avx2(const void* blocks, 
 }
 
 __attribute__((target("avx2,f16c"))) void q6_K_to_f32_avx2(const BlockQ6_K* b, float* y, std::size_t nb) {
-  const __m256i low = _mm256_set1_epi8(0x0F), two_bits = _mm256_set1_epi8(0x30);
   for (std::size_t k = 0; k < nb; ++k) {
     const float d = _cvtsh_ss(b[k].d);
     for (int h = 0; h < 2; ++h, y += 128) {
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[k].ql + 64 * h));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[k].ql + 64 * h + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[k].qh + 32 * h));
-      const __m256i lows[4] = {_mm256_and_si256(ql0, low), _mm256_and_si256(ql1, low),
-                               _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low)};
-      const __m256i highs[4] = {_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2), qh, _mm256_srli_epi16(qh, 2)};
+      __m256i levels[4];
+      q6_levels_avx2(b[k], h, levels);
       const std::int8_t* sc = b[k].scales + 8 * h;
       for (int g = 0; g < 4; ++g) {
         // q − 32 as signed bytes, then widened 8 at a time
-        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lows[g], _mm256_and_si256(highs[g], two_bits)), _mm256_set1_epi8(32));
+        const __m256i q = _mm256_sub_epi8(levels[g], _mm256_set1_epi8(32));
         const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
         const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
         for (int p = 0; p < 4; ++p) {

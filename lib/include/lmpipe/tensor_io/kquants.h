@@ -87,6 +87,21 @@ __attribute__((target("avx2"))) inline void k_levels_avx2(const Block& b, int c,
   }
 }
 
+// The levels (0..63) of half h of a q6_K super-block, its groups g = 0..3 of 32 numbers,
+// one byte a number, in 256-bit registers (the conversion's and the decode step's first step).
+__attribute__((target("avx2"))) inline void q6_levels_avx2(const BlockQ6_K& b, int h, __m256i q[4]) {
+  const __m256i low = _mm256_set1_epi8(0x0F), two_bits = _mm256_set1_epi8(0x30);
+  const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
+  const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+  // the high bit pairs moved to bits 4-5 of each byte (what spills over from the
+  // neighbouring byte in the 16-bit shifts is masked away)
+  q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_and_si256(_mm256_slli_epi16(qh, 4), two_bits));
+  q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low), _mm256_and_si256(_mm256_slli_epi16(qh, 2), two_bits));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), _mm256_and_si256(qh, two_bits));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low), _mm256_and_si256(_mm256_srli_epi16(qh, 2), two_bits));
+}
+
 // nb super-blocks → nb · 256 floats.
 void q4_K_to_f32(const BlockQ4_K* b, float* y, std::size_t nb);
 void q5_K_to_f32(const BlockQ5_K* b, float* y, std::size_t nb);
