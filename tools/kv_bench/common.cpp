@@ -76,6 +76,11 @@ Result<std::unique_ptr<Runnable>> load_runnable(const ModelSpec& spec) {
     if (!pdt || !dtype_info(*pdt).is_float)
       return make_error(Errc::invalid_argument, "unknown dtype '{}' (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)", spec.dtype);
     const DTypeInfo& dt = dtype_info(*pdt);
+    if (static_cast<std::size_t>(c.n_embd) % dt.block || static_cast<std::size_t>(c.n_ff) % dt.block)
+      return make_error(Errc::invalid_argument,
+                        "--dtype {} needs n_embd and n_ff that are multiples of {}, and {} has {} and {}: give another "
+                        "--preset (stories110M, tinyllama-1.1b, 7b) or shape",
+                        spec.dtype, dt.block, spec.preset.empty() ? "this shape" : spec.preset, c.n_embd, c.n_ff);
     const double bytes = static_cast<double>(model::param_count(c)) * static_cast<double>(dt.block_bytes) / static_cast<double>(dt.block);
     const double ram = physical_memory();
     if (bytes > ram / 2)
