@@ -4,7 +4,8 @@
 // output.weight do; an untied model has a second matrix of the same shape for output.
 //
 // The matrix is viewed (a mapped file keeps it) or owned, in any float dtype: f32, f16,
-// bf16, q8_0, q4_0. Rows of the other types are converted to f32 as they are used.
+// bf16, q8_0, q4_0, q4_K, q5_K, q6_K. Rows of the other types are converted to f32 as they
+// are used.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +24,7 @@ class Embedding {
   Embedding() = default;
   // A view of `data` (n_vocab rows of n_embd elements of `dtype`); `data` must outlive it.
   static Result<Embedding> view(DType dtype, const void* data, std::int64_t n_vocab, std::int64_t n_embd);
-  // An owned copy of an f32 matrix, stored as `dtype` (quantized for q8_0 and q4_0).
+  // An owned copy of an f32 matrix, stored as `dtype` (quantized for the block types).
   static Result<Embedding> from_f32(std::span<const float> m, std::int64_t n_vocab, std::int64_t n_embd,
                                     DType dtype = DType::f32);
 

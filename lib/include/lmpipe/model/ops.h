@@ -144,7 +144,7 @@ void rope(float* v, int n_head, int head_dim, int pos, float theta, RopeLayout l
 inline constexpr std::size_t kDefaultPrefetch = 4096;
 void set_prefetch_distance(std::size_t bytes);
 void reset_prefetch_distance();
-// The distance in force for f32, f16 and bf16 rows (float_rows) or for q8_0 and q4_0 ones.
+// The distance in force for f32, f16 and bf16 rows (float_rows) or for the block types'.
 std::size_t prefetch_distance(bool float_rows);
 
 // How matvec streams f32, f16 and bf16 rows: automatic = 512-bit registers where the CPU
