@@ -61,6 +61,22 @@ double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
   for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
   return m;
 }
+// matvec of w on every int8 path this CPU has (automatic, VNNI in 256 bits, AVX2's)
+// against `want`, within `rel` of each row's sum of term sizes.
+void check_int8_paths(const Weight& w, const std::vector<float>& x, const QuantizedVec& xq, const std::vector<double>& want,
+                      const std::vector<double>& size, double rel, const std::string& label) {
+  for (auto [name, k] : {std::pair{"automatic", Int8Dots::automatic}, std::pair{"VNNI in 256 bits", Int8Dots::ymm},
+                         std::pair{"AVX2", Int8Dots::avx2}}) {
+    set_int8_dots(k);
+    std::vector<float> got(static_cast<std::size_t>(w.rows));
+    matvec(got.data(), w, x.data(), &xq, 0, w.rows);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO(label << ", row " << i << ", " << name);
+      CHECK(static_cast<double>(got[i]) == Approx(want[i]).margin(rel * size[i] + 1e-6));
+    }
+  }
+  set_int8_dots(Int8Dots::automatic);
+}
 }  // namespace
 
 TEST_CASE("the thread pool runs every index once, again and again", "[model][pool]") {
@@ -692,18 +708,7 @@ TEST_CASE("q8_0 and q4_0 matvec equal their integer sums at every row length, wi
           want[static_cast<std::size_t>(i)] += term;
           size[static_cast<std::size_t>(i)] += std::fabs(term);
         }
-      for (auto [name, k] : {std::pair{"automatic", Int8Dots::automatic}, std::pair{"VNNI in 256 bits", Int8Dots::ymm},
-                             std::pair{"AVX2", Int8Dots::avx2}}) {
-        set_int8_dots(k);
-        std::vector<float> got(rows);
-        matvec(got.data(), w, x.data(), &xq, 0, rows);
-        for (int i = 0; i < rows; ++i) {
-          INFO(dtype_name(t) << ", " << nb << " blocks, row " << i << ", " << name);
-          CHECK(static_cast<double>(got[static_cast<std::size_t>(i)]) ==
-                Approx(want[static_cast<std::size_t>(i)]).margin(1e-6 * size[static_cast<std::size_t>(i)] + 1e-6));
-        }
-      }
-      set_int8_dots(Int8Dots::automatic);
+      check_int8_paths(w, x, xq, want, size, 1e-6, fmt::format("{}, {} blocks", dtype_name(t), nb));
     }
 }
 
@@ -743,18 +748,7 @@ TEST_CASE("q4_K, q5_K and q6_K matvec equal the dequantized rows times the quant
           size[static_cast<std::size_t>(i)] += std::fabs(term);
         }
       }
-      for (auto [name, k] : {std::pair{"automatic", Int8Dots::automatic}, std::pair{"VNNI in 256 bits", Int8Dots::ymm},
-                             std::pair{"AVX2", Int8Dots::avx2}}) {
-        set_int8_dots(k);
-        std::vector<float> got(rows);
-        matvec(got.data(), w, x.data(), &xq, 0, rows);
-        for (int i = 0; i < rows; ++i) {
-          INFO(dtype_name(t) << ", " << nsb << " super-blocks, row " << i << ", " << name);
-          CHECK(static_cast<double>(got[static_cast<std::size_t>(i)]) ==
-                Approx(want[static_cast<std::size_t>(i)]).margin(2e-6 * size[static_cast<std::size_t>(i)] + 1e-6));
-        }
-      }
-      set_int8_dots(Int8Dots::automatic);
+      check_int8_paths(w, x, xq, want, size, 2e-6, fmt::format("{}, {} super-blocks", dtype_name(t), nsb));
     }
 }
 
