@@ -768,14 +768,17 @@ TEST_CASE("quantize_activation: q = lround(x / d), d = max |x| / 127 per block o
         REQUIRE(int{xq.q[b * 32 + j]} == static_cast<int>(std::lround(x[b * 32 + j] * id)));
       }
     }
-    // The biases that make q4_0 and q8_0 weights unsigned: −8 and −128 times each 4's sum.
+    // The biases that make q4_0, q8_0 and q6_K weights unsigned: −8, −128 and −32 times
+    // each 4's sum.
     REQUIRE(xq.bias_q4.size() == x.size() / 32 * 8);
     REQUIRE(xq.bias_q8.size() == x.size() / 32 * 8);
+    REQUIRE(xq.bias_q6.size() == x.size() / 32 * 8);
     for (std::size_t g = 0; g < xq.bias_q4.size(); ++g) {
       const int sum = xq.q[4 * g] + xq.q[4 * g + 1] + xq.q[4 * g + 2] + xq.q[4 * g + 3];
       INFO("group " << g);
       REQUIRE(xq.bias_q4[g] == -8 * sum);
       REQUIRE(xq.bias_q8[g] == -128 * sum);
+      REQUIRE(xq.bias_q6[g] == -32 * sum);
     }
     // Each block's d · Σ q, which q4_K's and q5_K's offsets multiply.
     REQUIRE(xq.sum.size() == x.size() / 32);

@@ -595,8 +595,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,
 // scale, the super-block's factor and the activation block's scale. q4_K and q5_K take
 // their offsets off through the activation blocks' sums (QuantizedVec::sum):
 // Σ (a·q − b)·x = a·Σ q·x − b·Σ x, one multiply-add of 8 sub-blocks a super-block.
-// q6_K's levels are q − 32 under a scale per 16 numbers: each pair's q·x less 32·x in 16
-// bits (at most 2 · 63 · 127), multiplied by its scale as pairs are added into 32 bits.
+// q6_K's levels are q − 32 under a scale per 16 numbers (LMP_DOT_Q6_K below).
 __attribute__((target("avx2"))) inline __m256 u8x8_to_ps(std::uint64_t v) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(v))));
 }
@@ -640,37 +639,54 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_
 }
 #undef LMP_DOT_Q45_K
 
-__attribute__((target("avx2,fma,f16c"))) float dot_q6_K_avx2(const std::byte* row, const std::int8_t* xq, const float* xd,
-                                                           std::int64_t nsb, std::ptrdiff_t pd) {
-  const auto* w = reinterpret_cast<const BlockQ6_K*>(row);
-  const __m256i m32 = _mm256_set1_epi8(32);
-  // Within each 128-bit half, its 16-bit lanes all take the first (low half) or the second
-  // (high half) int16 of a 32-bit lane: a pair of scales spread over 16 + 16 numbers.
-  const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
-                                          2, 3, 2, 3, 2, 3);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-  for (std::int64_t s = 0; s < nsb; ++s) {
-    prefetch_ahead(w + s, pd, 4);  // 210 bytes
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[s].scales)));
-    const float d = _cvtsh_ss(w[s].d);
-    for (int h = 0; h < 2; ++h) {
-      __m256i levels[4];
-      q6_levels_avx2(w[s], h, levels);
-      for (int g = 0; g < 4; ++g) {
-        const int blk = 8 * static_cast<int>(s) + 4 * h + g;  // the activation's block
-        const __m256i q = levels[g];
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * blk));
-        const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(m32, xv));
-        const __m256i scv = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(4 * h + g)), spread);
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, scv));
-        const __m256 fac = _mm256_set1_ps(d * xd[blk]);
-        if (g & 1) acc1 = _mm256_fmadd_ps(p, fac, acc1);
-        else acc0 = _mm256_fmadd_ps(p, fac, acc0);
-      }
-    }
-  }
+// q6_K: each 32-number group's int8 multiply-add starts from the activation's −32 · Σ x of
+// each 4 (QuantizedVec::bias_q6), so that its lanes hold Σ (q − 32)·x exactly; lanes 0-3
+// are the group's first 16 numbers, 4-7 its second, and meet their scales as floats: the
+// factors d · sc_j · (the activation block's scale) of a super-block's 16 scales are made
+// at once, 8 to a register (F[0]: groups 0-3, F[1]: 4-7), and each group's pair spread
+// over its lanes by one permute.
+#define LMP_DOT_Q6_K(MADD)                                                                  \
+  const auto* w = reinterpret_cast<const BlockQ6_K*>(row);                                 \
+  const __m256i pairs_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), pairs_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7); \
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;                                           \
+  for (std::int64_t s = 0; s < nsb; ++s) {                                                  \
+    prefetch_ahead(w + s, pd, 4); /* 210 bytes */                                           \
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[s].scales));      \
+    const __m256 xds = _mm256_mul_ps(_mm256_loadu_ps(xd + 8 * s), _mm256_set1_ps(_cvtsh_ss(w[s].d))); \
+    const __m256 F[2] = {                                                                   \
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), _mm256_permutevar8x32_ps(xds, pairs_lo)), \
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(sc, sc))), \
+                      _mm256_permutevar8x32_ps(xds, pairs_hi))};                            \
+    const std::int8_t* x = xq + 256 * s;                                                    \
+    const std::int32_t* b = bias + 64 * s;                                                  \
+    for (int h = 0; h < 2; ++h) {                                                           \
+      __m256i levels[4];                                                                    \
+      q6_levels_avx2(w[s], h, levels);                                                      \
+      for (int g = 0; g < 4; ++g) {                                                         \
+        const int j = 4 * h + g; /* the activation's block */                               \
+        const __m256i p = MADD(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 8 * j)), levels[g], \
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * j))); \
+        const __m256 f = _mm256_permutevar8x32_ps(                                          \
+            F[h], _mm256_setr_epi32(2 * g, 2 * g, 2 * g, 2 * g, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1)); \
+        if (g & 1) acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc1);                  \
+        else acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc0);                        \
+      }                                                                                     \
+    }                                                                                       \
+  }                                                                                         \
   return hsum(_mm256_add_ps(acc0, acc1));
+
+__attribute__((target("avx2,fma,f16c"))) float dot_q6_K_avx2(const std::byte* row, const std::int8_t* xq, const float* xd,
+                                                           const std::int32_t* bias, std::int64_t nsb, std::ptrdiff_t pd) {
+  LMP_DOT_Q6_K(madd_u8_avx2)
 }
+__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_q6_K_vnni(const std::byte* row,
+                                                                                         const std::int8_t* xq,
+                                                                                         const float* xd,
+                                                                                         const std::int32_t* bias,
+                                                                                         std::int64_t nsb, std::ptrdiff_t pd) {
+  LMP_DOT_Q6_K(madd_u8_vnni)
+}
+#undef LMP_DOT_Q6_K
 
 // Without AVX2: each super-block converted to f32 and multiplied with x as it is.
 float dot_k_scalar(DType t, const std::byte* row, const float* x, std::int64_t n) {
@@ -713,11 +729,13 @@ namespace {
 // lround is half away from zero, done here as trunc plus one away from zero where the
 // dropped fraction is at least 0.5 (y - trunc(y) is exact). The scalar loop called lround
 // per number and took 2% of a q8_0 decode step on the main thread while the others waited.
-// Also each group of 4's bias for q4_0 and q8_0 rows (QuantizedVec::bias_q4, bias_q8).
+// Also each group of 4's bias for q4_0, q8_0 and q6_K rows (QuantizedVec::bias_q4,
+// bias_q8, bias_q6).
 __attribute__((target("avx2"))) void quantize_blocks_avx2(std::int8_t* q, float* d, float* sum, std::int32_t* bias_q4,
-                                                          std::int32_t* bias_q8, const float* x, std::size_t nb) {
+                                                          std::int32_t* bias_q8, std::int32_t* bias_q6, const float* x,
+                                                          std::size_t nb) {
   const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
-  for (std::size_t b = 0; b < nb; ++b, x += 32, q += 32, bias_q4 += 8, bias_q8 += 8) {
+  for (std::size_t b = 0; b < nb; ++b, x += 32, q += 32, bias_q4 += 8, bias_q8 += 8, bias_q6 += 8) {
     __m256 v[4];
     __m256 m = _mm256_setzero_ps();
     for (int k = 0; k < 4; ++k) {
@@ -742,10 +760,12 @@ __attribute__((target("avx2"))) void quantize_blocks_avx2(std::int8_t* q, float*
     const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
     const __m256i qv = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), qv);
-    // Σ of each 4 bytes (1 · q in pairs, then the pairs), times −8 and −128.
+    // Σ of each 4 bytes (1 · q in pairs, then the pairs), times −8, −128 and −32.
     const __m256i sum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qv), _mm256_set1_epi16(1));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias_q4), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum4, 3)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias_q8), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum4, 7)));
+    const __m256i zero = _mm256_setzero_si256();
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias_q4), _mm256_sub_epi32(zero, _mm256_slli_epi32(sum4, 3)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias_q8), _mm256_sub_epi32(zero, _mm256_slli_epi32(sum4, 7)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias_q6), _mm256_sub_epi32(zero, _mm256_slli_epi32(sum4, 5)));
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum4), _mm256_extracti128_si256(sum4, 1));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
@@ -761,8 +781,10 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
   out.sum.resize(nb);
   out.bias_q4.resize(nb * 8);
   out.bias_q8.resize(nb * 8);
+  out.bias_q6.resize(nb * 8);
   if (cpu::avx2())
-    return quantize_blocks_avx2(out.q.data(), out.d.data(), out.sum.data(), out.bias_q4.data(), out.bias_q8.data(), x, nb);
+    return quantize_blocks_avx2(out.q.data(), out.d.data(), out.sum.data(), out.bias_q4.data(), out.bias_q8.data(),
+                                out.bias_q6.data(), x, nb);
   for (std::size_t b = 0; b < nb; ++b) {
     float amax = 0;
     for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
@@ -775,6 +797,7 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
     const int sum = out.q[4 * g] + out.q[4 * g + 1] + out.q[4 * g + 2] + out.q[4 * g + 3];
     out.bias_q4[g] = -8 * sum;
     out.bias_q8[g] = -128 * sum;
+    out.bias_q6[g] = -32 * sum;
   }
   for (std::size_t b = 0; b < nb; ++b) {
     int sum = 0;
@@ -848,10 +871,16 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
         else s = dot_k_scalar(w.dtype, row, x, n);
         break;
       }
-      case DType::q6_K:
-        s = avx2 ? dot_q6_K_avx2(row, xq->q.data(), xq->d.data(), n / static_cast<std::int64_t>(kQK_K), pd)
-                 : dot_k_scalar(w.dtype, row, x, n);
+      case DType::q6_K: {
+        const std::int64_t nsb = n / static_cast<std::int64_t>(kQK_K);
+        const std::int8_t* q = xq->q.data();
+        const float* xd = xq->d.data();
+        const std::int32_t* b = xq->bias_q6.data();
+        if (vnni) s = dot_q6_K_vnni(row, q, xd, b, nsb, pd);
+        else if (avx2) s = dot_q6_K_avx2(row, q, xd, b, nsb, pd);
+        else s = dot_k_scalar(w.dtype, row, x, n);
         break;
+      }
       default:
         s = 0;  // other dtypes are refused when the model is loaded
     }

@@ -26,9 +26,10 @@ struct QuantizedVec {
   std::vector<std::int8_t> q;  // (n)
   std::vector<float> d;        // (n / 32)
   std::vector<float> sum;      // (n / 32) d · Σ q of each block: q4_K's and q5_K's offsets meet it
-  // (n / 4) −8 · Σ q and −128 · Σ q over each 4: the offsets that make q4_0 and q8_0
-  // weights unsigned for the int8 multiply-add (ops.cpp, LMP_DOTS_INT8)
-  std::vector<std::int32_t> bias_q4, bias_q8;
+  // (n / 4) −8 · Σ q, −128 · Σ q and −32 · Σ q over each 4: the offsets that make q4_0,
+  // q8_0 and q6_K weights unsigned for the int8 multiply-add (ops.cpp, LMP_DOTS_INT8,
+  // LMP_DOT_Q6_K)
+  std::vector<std::int32_t> bias_q4, bias_q8, bias_q6;
 };
 void quantize_activation(QuantizedVec& out, const float* x, std::size_t n);
 
