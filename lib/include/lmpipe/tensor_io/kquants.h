@@ -79,11 +79,14 @@ __attribute__((target("avx2"))) inline void k_levels_avx2(const Block& b, int c,
   lo = _mm256_and_si256(bytes, low);
   hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
   if constexpr (std::is_same_v<Block, BlockQ5_K>) {
-    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
-    const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c))),
-                  b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1))), sixteen = _mm256_set1_epi8(16);
-    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0), sixteen));
-    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), sixteen));
+    // Bits 2c and 2c + 1 of each qh byte moved to bit 4 by shifts: first 4 to the left
+    // for c < 2 (bits 0-3 to 4-7), then 2·(c & 1) and one more to the right. What the
+    // 16-bit shifts carry over from the neighbouring byte never reaches bit 4.
+    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)), bit4 = _mm256_set1_epi8(16);
+    const __m256i src = (c & 2) ? hb : _mm256_slli_epi16(hb, 4);
+    const int r = 2 * (c & 1);
+    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_srli_epi16(src, r), bit4));
+    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(src, r + 1), bit4));
   }
 }
 
