@@ -418,13 +418,13 @@ TEST_CASE("q8_0 and f16 weights stay close to f32 on the same random model", "[m
 }
 
 // k-quant weights (n_embd and n_ff multiples of 256): the steps, the batch of a prompt
-// (a GEMM past 16 tokens, the few-token products below) and the same weights converted to
-// f32 all agree to the activations' int8 rounding.
+// (a GEMM past the few-token products' limit, those below it) and the same weights
+// converted to f32 all agree to the activations' int8 rounding.
 TEST_CASE("q4_K, q5_K and q6_K models: steps, batches and their f32 conversion agree", "[model]") {
   Config c = tiny_config();
   c.n_embd = 256, c.n_ff = 512, c.n_head = 4, c.n_kv_head = 2;
   ThreadPool pool(2);
-  kv::KvConfig kc{c.n_layer, 40, c.kv_dim()};
+  kv::KvConfig kc{c.n_layer, 48, c.kv_dim()};
   const auto V = static_cast<std::size_t>(c.n_vocab);
   for (DType t : {DType::q4_K, DType::q5_K, DType::q6_K}) {
     INFO(dtype_name(t));
@@ -440,8 +440,9 @@ TEST_CASE("q4_K, q5_K and q6_K models: steps, batches and their f32 conversion a
     REQUIRE(mq.ok());
     REQUIRE(mf.ok());
     std::vector<TokenId> prompt;
-    for (int i = 0; i < 30; ++i) prompt.push_back((i * 7 + 3) % c.n_vocab);
-    for (std::size_t n : {std::size_t{5}, prompt.size()}) {  // the few-token products, then the GEMM
+    for (int i = 0; i < 40; ++i) prompt.push_back((i * 7 + 3) % c.n_vocab);
+    // the few-token products; q6_K's still (the others' GEMM); every type's GEMM
+    for (std::size_t n : {std::size_t{5}, std::size_t{24}, prompt.size()}) {
       INFO(n << " tokens");
       std::vector<float> steps(V * n), batch(V * n), ref(V * n);
       auto c1 = new_cache(kc), c2 = new_cache(kc), c3 = new_cache(kc);
@@ -456,7 +457,8 @@ TEST_CASE("q4_K, q5_K and q6_K models: steps, batches and their f32 conversion a
       // GEMM, f32's sums. Otherwise int8 activations, as the steps: near the steps, though
       // not to float rounding (an activation a rounding away from its step's value moves by
       // a quantum; the GEMM against the decode step's products: "the AVX-512 GEMMs agree").
-      const bool f32_gemm = n > 16 && (t == DType::q6_K || !gemm_q8_available());
+      const bool f32_gemm =
+          !matmul_few_available(t, static_cast<std::int64_t>(n)) && (t == DType::q6_K || !gemm_q8_available());
       if (f32_gemm) CHECK(max_abs(batch, ref) <= 1e-5 * range);
       else CHECK(max_abs(batch, steps) <= 0.005 * range);
     }

@@ -948,10 +948,13 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
 
 // Tokens up to which k-quant rows take matmul_few, the decode step's products token after
 // token (about the decode step's rate per token): against the f32 GEMM, which converts
-// every row first, 16; against the int8 GEMM of q4_K and q5_K rows (VNNI), 6 (TinyLlama
+// every row first, 16, and 32 for q6_K, whose decode step is the faster (TinyLlama q6_K,
+// one thread: these products 31 tok/s at 24 and 40 tokens, the GEMM 27 at 24, 30 at 32,
+// 31 at 40, 38 at 64); against the int8 GEMM of q4_K and q5_K rows (VNNI), 6 (TinyLlama
 // q4_K, one thread, read into memory: the GEMM 10, 19, 38 and 72 tok/s at 2, 4, 8 and 16
-// tokens, these products 30 at any of them).
-constexpr std::int64_t kFewKQuant = 16, kFewKQuantInt8 = 6;
+// tokens, these products 30 at any of them; q5_K: the GEMM 35 and 48–51 at 8 and 12,
+// these products 30–32).
+constexpr std::int64_t kFewKQuant = 16, kFewQ6K = 32, kFewKQuantInt8 = 6;
 
 bool matmul_few_available(DType t, std::int64_t n) {
   // Measured on Zen 4 (docs/benchmarks.md). Float rows: against the AVX-512 GEMM, which
@@ -961,7 +964,8 @@ bool matmul_few_available(DType t, std::int64_t n) {
   // up to 7; q8_0 rows without VNNI, the decode step's products token after token, up to 4.
   if (t == DType::q4_0) return n <= (use_vnni() ? 8 : cpu::avx2() ? 7 : 4);
   if (t == DType::q8_0) return n <= (use_vnni() ? 8 : 4);
-  if (is_k_quant(t)) return n <= (t != DType::q6_K && gemm_q8_available() ? kFewKQuantInt8 : kFewKQuant);
+  if (t == DType::q6_K) return n <= kFewQ6K;
+  if (is_k_quant(t)) return n <= (gemm_q8_available() ? kFewKQuantInt8 : kFewKQuant);
   return n <= 16 && cpu::avx2() && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
 }
 
