@@ -180,7 +180,8 @@ TEST_CASE("the AVX-512 GEMMs agree with the reference products, at every edge of
   Rng r(11);
   // Tokens, rows and columns that are not multiples of the tiles (8 and 16 tokens, 32
   // and 4 rows, 128 columns), row ranges that start inside the matrix.
-  // The k-quants go through the f32 GEMM in panels of 256 columns: 512 and 768 columns.
+  // The k-quants go through the int8 GEMM with VNNI, else through the f32 one in panels of
+  // 256 columns: 512 and 768 columns; both are checked.
   for (auto [n, rows, cols, lo] : {std::tuple{1, 4, 32, 0}, std::tuple{7, 12, 96, 4}, std::tuple{17, 37, 160, 0},
                                     std::tuple{33, 70, 288, 4}, std::tuple{40, 64, 128, 32}, std::tuple{9, 37, 512, 4},
                                     std::tuple{3, 33, 768, 0}}) {
@@ -190,46 +191,51 @@ TEST_CASE("the AVX-512 GEMMs agree with the reference products, at every edge of
     X[3] = 0;  // a zero block scale must not divide by zero
     for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_K, DType::q5_K, DType::q6_K}) {
       if (static_cast<std::size_t>(cols) % dtype_info(t).block != 0) continue;
-      // q4_K and q5_K through the int8 GEMM (sub-blocks unpacked, offsets from the token
-      // blocks' sums); q6_K through the f32 one.
-      const bool int8 = t == DType::q8_0 || t == DType::q4_0 || t == DType::q4_K || t == DType::q5_K;
-      if (int8 && !gemm_q8_available()) continue;
       const std::size_t rb = dtype_bytes(t, cols);
       std::vector<std::byte> q(rb * static_cast<std::size_t>(rows));
       for (int i = 0; i < rows; ++i) from_f32(t, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);
       Weight w{t, q.data(), rows, cols, rb};
-      const std::size_t ld = static_cast<std::size_t>(rows - lo);
-      std::vector<float> got(static_cast<std::size_t>(n) * ld, -999.0f);
-      GemmScratch gs;
-      if (int8) {
-        QuantizedBatch xq;
-        prepare_batch(xq, n, cols);
-        quantize_batch(xq, X.data(), cols, 0, n / 2);  // in two ranges, as two threads would
-        quantize_batch(xq, X.data(), cols, n / 2, n);
-        gemm_q8(got.data(), ld, w, xq, lo, rows, gs);
-      } else {
-        gemm_f32(got.data(), ld, w, X.data(), n, lo, rows, gs);
-      }
-      for (int tok = 0; tok < n; ++tok) {
-        const float* x = X.data() + tok * cols;
-        QuantizedVec xv;
-        quantize_activation(xv, x, static_cast<std::size_t>(cols));
-        std::vector<float> one(static_cast<std::size_t>(rows));
-        matvec(one.data(), w, x, &xv, 0, rows);  // the decode step's product
-        for (int i = lo; i < rows; ++i) {
-          std::vector<float> row(static_cast<std::size_t>(cols));
-          to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, row.data(), static_cast<std::size_t>(cols));
-          double want = 0;
-          for (int k = 0; k < cols; ++k) want += static_cast<double>(row[static_cast<std::size_t>(k)]) * static_cast<double>(x[k]);
-          const double g = got[static_cast<std::size_t>(tok) * ld + static_cast<std::size_t>(i - lo)];
-          INFO(dtype_name(t) << " n " << n << " rows " << rows << " cols " << cols << " token " << tok << " row " << i);
-          if (int8) {
-            // int8 activations, as the decode step quantizes them: the same integer sums
-            // (q4_0 rows unpacked to q8_0 blocks of the same values).
-            REQUIRE(g == Approx(one[static_cast<std::size_t>(i)]).margin(1e-4));
-            REQUIRE(g == Approx(want).margin(0.1));
-          } else {
-            REQUIRE(g == Approx(want).margin(1e-4));
+      // The k-quants through the int8 GEMM (sub-blocks unpacked; q4_K's and q5_K's offsets
+      // from the token blocks' sums, q6_K's two scales a block applied half by half) and
+      // through the f32 one; q8_0 and q4_0 through the int8 one only, floats the f32 one.
+      const bool int8_only = t == DType::q8_0 || t == DType::q4_0;
+      const bool int8_ok = (int8_only || is_k_quant(t)) && gemm_q8_available();
+      for (const bool int8 : {false, true}) {
+        if (int8 ? !int8_ok : int8_only) continue;
+        INFO((int8 ? "int8 GEMM" : "f32 GEMM"));
+        const std::size_t ld = static_cast<std::size_t>(rows - lo);
+        std::vector<float> got(static_cast<std::size_t>(n) * ld, -999.0f);
+        GemmScratch gs;
+        if (int8) {
+          QuantizedBatch xq;
+          prepare_batch(xq, n, cols);
+          quantize_batch(xq, X.data(), cols, 0, n / 2);  // in two ranges, as two threads would
+          quantize_batch(xq, X.data(), cols, n / 2, n);
+          gemm_q8(got.data(), ld, w, xq, lo, rows, gs);
+        } else {
+          gemm_f32(got.data(), ld, w, X.data(), n, lo, rows, gs);
+        }
+        for (int tok = 0; tok < n; ++tok) {
+          const float* x = X.data() + tok * cols;
+          QuantizedVec xv;
+          quantize_activation(xv, x, static_cast<std::size_t>(cols));
+          std::vector<float> one(static_cast<std::size_t>(rows));
+          matvec(one.data(), w, x, &xv, 0, rows);  // the decode step's product
+          for (int i = lo; i < rows; ++i) {
+            std::vector<float> row(static_cast<std::size_t>(cols));
+            to_f32(t, q.data() + static_cast<std::size_t>(i) * rb, row.data(), static_cast<std::size_t>(cols));
+            double want = 0;
+            for (int k = 0; k < cols; ++k) want += static_cast<double>(row[static_cast<std::size_t>(k)]) * static_cast<double>(x[k]);
+            const double g = got[static_cast<std::size_t>(tok) * ld + static_cast<std::size_t>(i - lo)];
+            INFO(dtype_name(t) << " n " << n << " rows " << rows << " cols " << cols << " token " << tok << " row " << i);
+            if (int8) {
+              // int8 activations, as the decode step quantizes them: the same integer sums
+              // (q4_0 rows unpacked to q8_0 blocks of the same values).
+              REQUIRE(g == Approx(one[static_cast<std::size_t>(i)]).margin(1e-4));
+              REQUIRE(g == Approx(want).margin(0.1));
+            } else {
+              REQUIRE(g == Approx(want).margin(1e-4));
+            }
           }
         }
       }
@@ -453,12 +459,11 @@ TEST_CASE("q4_K, q5_K and q6_K models: steps, batches and their f32 conversion a
       INFO("range " << range << ", steps - f32 " << max_abs(steps, ref) << ", batch - f32 " << max_abs(batch, ref));
       CHECK(max_abs(steps, ref) <= 0.02 * range);
       CHECK(max_abs(batch, ref) <= 0.02 * range);
-      // Past the few-token products: q6_K (and every k-quant without VNNI) through the f32
-      // GEMM, f32's sums. Otherwise int8 activations, as the steps: near the steps, though
-      // not to float rounding (an activation a rounding away from its step's value moves by
-      // a quantum; the GEMM against the decode step's products: "the AVX-512 GEMMs agree").
-      const bool f32_gemm =
-          !matmul_few_available(t, static_cast<std::int64_t>(n)) && (t == DType::q6_K || !gemm_q8_available());
+      // Past the few-token products without VNNI: the f32 GEMM, f32's sums. Otherwise int8
+      // activations, as the steps: near the steps, though not to float rounding (an
+      // activation a rounding away from its step's value moves by a quantum; the GEMM
+      // against the decode step's products: "the AVX-512 GEMMs agree").
+      const bool f32_gemm = !matmul_few_available(t, static_cast<std::int64_t>(n)) && !gemm_q8_available();
       if (f32_gemm) CHECK(max_abs(batch, ref) <= 1e-5 * range);
       else CHECK(max_abs(batch, steps) <= 0.005 * range);
     }

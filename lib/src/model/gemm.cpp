@@ -9,7 +9,9 @@
 // q8_0 and q4_0 weights (a q4_0 row is unpacked into q8_0 blocks of the same values
 // first, 4 rows at a time), and q4_K and q5_K (each sub-block of 32 unpacked into a block
 // of its levels 0..15 or 0..31, with the sub-block's scale d·sc as the block's scale and
-// its offset dmin·m taken off as dmin·m · d_x · Σ x_q, each token block's sum). The activations are quantized as q8_0 quantizes (a scale per
+// its offset dmin·m taken off as dmin·m · d_x · Σ x_q, each token block's sum), and q6_K
+// (each group of 32 unpacked into a block of its signed values q − 32, whose two halves
+// of 16 keep their own scales d·sc: each half's sums are scaled on their own). The activations are quantized as q8_0 quantizes (a scale per
 // token and 32 columns) but stored as unsigned bytes, x_q + 128, in VNNI order: per group
 // of 16 tokens, 4 columns of all 16 tokens side by side (64 bytes). vpdpbusd then
 // multiplies 4 columns of 16 tokens by 4 weight bytes broadcast from the row: 64 products
@@ -128,7 +130,9 @@ inline std::int32_t load_i32(const std::int8_t* p) {
 }
 
 // Rows [r0, r0 + R) by token groups [g0, g0 + G): out (tokens, rows), ld floats apart.
-template <int R, int G, bool Offsets>
+// Sub scales a block (1; 2 for q6_K's halves of 16): corr and dw hold Sub values a block,
+// at (r · nb + b) · Sub + h, and the integer sums of each part are scaled on their own.
+template <int R, int G, bool Offsets, int Sub = 1>
 __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void tile_q8(const BlockQ8_0* const* rows,
                                                                           const std::int32_t* corr, const float* dw,
                                                                           const float* offs, std::size_t nb,
@@ -139,24 +143,29 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void tile_q8(const Bl
     for (int g = 0; g < G; ++g) facc[r][g] = _mm512_setzero_ps();
   const std::size_t group_bytes = xq.cols * 16;  // one group's bytes: cols/4 steps of 64
   for (std::size_t b = 0; b < nb; ++b) {
-    __m512i acc[R][G];
-    for (int r = 0; r < R; ++r)
-      for (int g = 0; g < G; ++g) acc[r][g] = _mm512_set1_epi32(corr[static_cast<std::size_t>(r) * nb + b]);
-    for (int k4 = 0; k4 < 8; ++k4) {
-      __m512i a[G];
-      for (int g = 0; g < G; ++g)
-        a[g] = _mm512_loadu_si512(xq.q.data() + (g0 + static_cast<std::size_t>(g)) * group_bytes + (b * 8 + static_cast<std::size_t>(k4)) * 64);
-      for (int r = 0; r < R; ++r) {
-        const __m512i wv = _mm512_set1_epi32(load_i32(rows[r][b].qs + 4 * k4));
-        for (int g = 0; g < G; ++g) acc[r][g] = _mm512_dpbusd_epi32(acc[r][g], a[g], wv);
+    for (int h = 0; h < Sub; ++h) {
+      const auto at = [&](int r) { return (static_cast<std::size_t>(r) * nb + b) * Sub + static_cast<std::size_t>(h); };
+      __m512i acc[R][G];
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < G; ++g) acc[r][g] = _mm512_set1_epi32(corr[at(r)]);
+      for (int k4 = h * 8 / Sub; k4 < (h + 1) * 8 / Sub; ++k4) {
+        __m512i a[G];
+        for (int g = 0; g < G; ++g)
+          a[g] = _mm512_loadu_si512(xq.q.data() + (g0 + static_cast<std::size_t>(g)) * group_bytes + (b * 8 + static_cast<std::size_t>(k4)) * 64);
+        for (int r = 0; r < R; ++r) {
+          const __m512i wv = _mm512_set1_epi32(load_i32(rows[r][b].qs + 4 * k4));
+          for (int g = 0; g < G; ++g) acc[r][g] = _mm512_dpbusd_epi32(acc[r][g], a[g], wv);
+        }
+      }
+      for (int g = 0; g < G; ++g) {
+        const __m512 dx = _mm512_loadu_ps(xq.d.data() + ((g0 + static_cast<std::size_t>(g)) * xq.blocks + b) * 16);
+        for (int r = 0; r < R; ++r) {
+          const __m512 s = _mm512_mul_ps(_mm512_set1_ps(dw[at(r)]), dx);
+          facc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][g]), s, facc[r][g]);
+        }
       }
     }
     for (int g = 0; g < G; ++g) {
-      const __m512 dx = _mm512_loadu_ps(xq.d.data() + ((g0 + static_cast<std::size_t>(g)) * xq.blocks + b) * 16);
-      for (int r = 0; r < R; ++r) {
-        const __m512 s = _mm512_mul_ps(_mm512_set1_ps(dw[static_cast<std::size_t>(r) * nb + b]), dx);
-        facc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][g]), s, facc[r][g]);
-      }
       if constexpr (Offsets) {
         const __m512 sx = _mm512_loadu_ps(xq.s.data() + ((g0 + static_cast<std::size_t>(g)) * xq.blocks + b) * 16);
         for (int r = 0; r < R; ++r)
@@ -173,30 +182,45 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void tile_q8(const Bl
   }
 }
 
-template <int R, bool Offsets>
+template <int R, bool Offsets, int Sub>
 void tiles_q8(const BlockQ8_0* const* rows, const std::int32_t* corr, const float* dw, const float* offs, std::size_t nb,
               const QuantizedBatch& xq, std::size_t g_lo, std::size_t g_hi, float* out, std::size_t ld) {
   std::size_t g = g_lo;
-  for (; g + 2 <= g_hi; g += 2) tile_q8<R, 2, Offsets>(rows, corr, dw, offs, nb, xq, g, out, ld, xq.n);
-  if (g < g_hi) tile_q8<R, 1, Offsets>(rows, corr, dw, offs, nb, xq, g, out, ld, xq.n);
+  for (; g + 2 <= g_hi; g += 2) tile_q8<R, 2, Offsets, Sub>(rows, corr, dw, offs, nb, xq, g, out, ld, xq.n);
+  if (g < g_hi) tile_q8<R, 1, Offsets, Sub>(rows, corr, dw, offs, nb, xq, g, out, ld, xq.n);
 }
+// The kinds of rows: q8_0-style blocks (q8_0, q4_0), with offsets (q4_K, q5_K), with two
+// scales a block (q6_K).
+enum class RowKind { plain, offsets, halves };
 template <int R>
-void tiles_q8_any(bool offsets, const BlockQ8_0* const* rows, const std::int32_t* corr, const float* dw, const float* offs,
+void tiles_q8_any(RowKind kind, const BlockQ8_0* const* rows, const std::int32_t* corr, const float* dw, const float* offs,
               std::size_t nb, const QuantizedBatch& xq, std::size_t g_lo, std::size_t g_hi, float* out, std::size_t ld) {
-  if (offsets) return tiles_q8<R, true>(rows, corr, dw, offs, nb, xq, g_lo, g_hi, out, ld);
-  tiles_q8<R, false>(rows, corr, dw, offs, nb, xq, g_lo, g_hi, out, ld);
+  switch (kind) {
+    case RowKind::offsets: return tiles_q8<R, true, 1>(rows, corr, dw, offs, nb, xq, g_lo, g_hi, out, ld);
+    case RowKind::halves: return tiles_q8<R, false, 2>(rows, corr, dw, offs, nb, xq, g_lo, g_hi, out, ld);
+    case RowKind::plain: return tiles_q8<R, false, 1>(rows, corr, dw, offs, nb, xq, g_lo, g_hi, out, ld);
+  }
 }
 
-// corr[b] = -128 · Σ qs and (unless dw is null) dw[b] = d of a row's blocks. Σ qs through the unsigned sum of
-// absolute differences of qs + 128 from 0 (four partial sums), less 32 · 128.
+// corr[b] = -128 · Σ qs and (unless dw is null) dw[b] = d of a row's blocks; with Halves,
+// corr[2b + h] = -128 · Σ over half h (16 numbers) instead. Σ qs through the unsigned sum
+// of absolute differences of qs + 128 from 0 (four partial sums of 8), less 128 a number.
+template <bool Halves = false>
 __attribute__((target("avx2,f16c"))) void row_sums(const BlockQ8_0* row, std::size_t nb, std::int32_t* corr, float* dw) {
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80)), zero = _mm256_setzero_si256();
   for (std::size_t b = 0; b < nb; ++b) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[b].qs));
     const __m256i s4 = _mm256_sad_epu8(_mm256_xor_si256(q, bias), zero);
-    const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
-    const auto sum = static_cast<std::int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2)))) - 32 * 128;
-    corr[b] = -128 * sum;
+    const __m128i lo = _mm256_castsi256_si128(s4), hi = _mm256_extracti128_si256(s4, 1);
+    if constexpr (Halves) {
+      const __m128i lo2 = _mm_add_epi64(lo, _mm_unpackhi_epi64(lo, lo)), hi2 = _mm_add_epi64(hi, _mm_unpackhi_epi64(hi, hi));
+      corr[2 * b] = -128 * (static_cast<std::int32_t>(_mm_cvtsi128_si64(lo2)) - 16 * 128);
+      corr[2 * b + 1] = -128 * (static_cast<std::int32_t>(_mm_cvtsi128_si64(hi2)) - 16 * 128);
+    } else {
+      const __m128i s2 = _mm_add_epi64(lo, hi);
+      const auto sum = static_cast<std::int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2)))) - 32 * 128;
+      corr[b] = -128 * sum;
+    }
     if (dw) dw[b] = _cvtsh_ss(row[b].d);
   }
 }
@@ -234,6 +258,24 @@ __attribute__((target("avx2,f16c"))) void unpack_k(const void* in, std::size_t n
       out[2 * c].d = out[2 * c + 1].d = 0;
     }
     for (int j = 0; j < 8; ++j) dw[j] = d * sc[j], offs[j] = dmin * m[j];
+  }
+}
+
+// A q6_K row's groups of 32 as q8_0 blocks of their values q − 32, with the scales d·sc
+// of each block's two halves of 16 in dw (two a block; the blocks' own scale is not used).
+__attribute__((target("avx2,f16c"))) void unpack_q6(const BlockQ6_K* w, std::size_t nsb, BlockQ8_0* out, float* dw) {
+  const __m256i m32 = _mm256_set1_epi8(32);
+  for (std::size_t s = 0; s < nsb; ++s, out += 8, dw += 16) {
+    for (int h = 0; h < 2; ++h) {
+      __m256i q[4];
+      q6_levels_avx2(w[s], h, q);
+      for (int g = 0; g < 4; ++g) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[4 * h + g].qs), _mm256_sub_epi8(q[g], m32));
+        out[4 * h + g].d = 0;
+      }
+    }
+    const float d = _cvtsh_ss(w[s].d);
+    for (int j = 0; j < 16; ++j) dw[j] = d * static_cast<float>(w[s].scales[j]);
   }
 }
 
@@ -342,10 +384,13 @@ void prepare_batch(QuantizedBatch& xq, std::int64_t n, std::int64_t cols) {
 void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& xq, std::int64_t lo, std::int64_t hi,
              GemmScratch& s) {
   const std::size_t nb = static_cast<std::size_t>(w.cols) / 32;
-  s.corr.resize(4 * nb);
-  s.dw.resize(4 * nb);
-  const bool q4 = w.dtype == DType::q4_0, kq = w.dtype == DType::q4_K || w.dtype == DType::q5_K;
-  if (q4 || kq) s.unpacked.resize(4 * nb);
+  const bool q4 = w.dtype == DType::q4_0, kq = w.dtype == DType::q4_K || w.dtype == DType::q5_K,
+             q6 = w.dtype == DType::q6_K;
+  const RowKind kind = kq ? RowKind::offsets : q6 ? RowKind::halves : RowKind::plain;
+  const std::size_t sub = q6 ? 2 : 1;  // scales a block
+  s.corr.resize(4 * nb * sub);
+  s.dw.resize(4 * nb * sub);
+  if (q4 || kq || q6) s.unpacked.resize(4 * nb);
   if (kq) s.offs.resize(4 * nb);
   // Groups of tokens per pass over the rows: their activations (cols · 16 bytes a group)
   // stay in L2 while the rows stream by.
@@ -358,24 +403,28 @@ void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& 
       for (int r = 0; r < R; ++r) {
         const std::byte* row = w.data + static_cast<std::size_t>(r0 + r) * w.row_bytes;
         BlockQ8_0* u = s.unpacked.data() + static_cast<std::size_t>(r) * nb;
-        float* dw = s.dw.data() + static_cast<std::size_t>(r) * nb;
+        float* dw = s.dw.data() + static_cast<std::size_t>(r) * nb * sub;
+        std::int32_t* corr = s.corr.data() + static_cast<std::size_t>(r) * nb * sub;
         if (q4) unpack_q4(reinterpret_cast<const BlockQ4_0*>(row), nb, u);
-        rows[r] = q4 || kq ? u : reinterpret_cast<const BlockQ8_0*>(row);
-        if (kq) {
+        rows[r] = q4 || kq || q6 ? u : reinterpret_cast<const BlockQ8_0*>(row);
+        if (q6) {
+          unpack_q6(reinterpret_cast<const BlockQ6_K*>(row), nb / 8, u, dw);
+          row_sums<true>(u, nb, corr, nullptr);
+        } else if (kq) {
           float* offs = s.offs.data() + static_cast<std::size_t>(r) * nb;
           if (w.dtype == DType::q5_K) unpack_k<true>(row, nb / 8, u, dw, offs);
           else unpack_k<false>(row, nb / 8, u, dw, offs);
-          row_sums(rows[r], nb, s.corr.data() + static_cast<std::size_t>(r) * nb, nullptr);
+          row_sums(rows[r], nb, corr, nullptr);
         } else {
-          row_sums(rows[r], nb, s.corr.data() + static_cast<std::size_t>(r) * nb, dw);
+          row_sums(rows[r], nb, corr, dw);
         }
       }
       float* o = out + static_cast<std::size_t>(r0 - lo);
       switch (R) {
-        case 4: tiles_q8_any<4>(kq, rows, s.corr.data(), s.dw.data(), s.offs.data(), nb, xq, g0, g1, o, ld); break;
-        case 3: tiles_q8_any<3>(kq, rows, s.corr.data(), s.dw.data(), s.offs.data(), nb, xq, g0, g1, o, ld); break;
-        case 2: tiles_q8_any<2>(kq, rows, s.corr.data(), s.dw.data(), s.offs.data(), nb, xq, g0, g1, o, ld); break;
-        default: tiles_q8_any<1>(kq, rows, s.corr.data(), s.dw.data(), s.offs.data(), nb, xq, g0, g1, o, ld); break;
+        case 4: tiles_q8_any<4>(kind, rows, s.corr.data(), s.dw.data(), s.offs.data(), nb, xq, g0, g1, o, ld); break;
+        case 3: tiles_q8_any<3>(kind, rows, s.corr.data(), s.dw.data(), s.offs.data(), nb, xq, g0, g1, o, ld); break;
+        case 2: tiles_q8_any<2>(kind, rows, s.corr.data(), s.dw.data(), s.offs.data(), nb, xq, g0, g1, o, ld); break;
+        default: tiles_q8_any<1>(kind, rows, s.corr.data(), s.dw.data(), s.offs.data(), nb, xq, g0, g1, o, ld); break;
       }
     }
   }

@@ -947,13 +947,13 @@ void matmul(float* out, std::size_t ld, const Weight& w, const float* x, std::in
 }
 
 // Tokens up to which k-quant rows take matmul_few, the decode step's products token after
-// token (about the decode step's rate per token): against the f32 GEMM, which converts
-// every row first, 16, and 32 for q6_K, whose decode step is the faster (TinyLlama q6_K,
-// one thread: these products 31 tok/s at 24 and 40 tokens, the GEMM 27 at 24, 30 at 32,
-// 31 at 40, 38 at 64); against the int8 GEMM of q4_K and q5_K rows (VNNI), 6 (TinyLlama
-// q4_K, one thread, read into memory: the GEMM 10, 19, 38 and 72 tok/s at 2, 4, 8 and 16
-// tokens, these products 30 at any of them; q5_K: the GEMM 35 and 48–51 at 8 and 12,
-// these products 30–32).
+// token (about the decode step's rate per token): against the int8 GEMM (VNNI), 6
+// (TinyLlama q4_K, one thread, read into memory: the GEMM 10, 19, 38 and 72 tok/s at 2,
+// 4, 8 and 16 tokens, these products 30 at any of them; q5_K: the GEMM 35 and 48–51 at 8
+// and 12, these products 30–32; q6_K: the GEMM 21, 23–28 and 40–41 at 6, 8 and 12, these
+// products 22–25); against the f32 GEMM, which converts every row first, 16, and 32 for
+// q6_K, whose decode step is the faster (TinyLlama q6_K, one thread: these products 31
+// tok/s at 24 and 40 tokens, the f32 GEMM 27 at 24, 30 at 32, 31 at 40, 38 at 64).
 constexpr std::int64_t kFewKQuant = 16, kFewQ6K = 32, kFewKQuantInt8 = 6;
 
 bool matmul_few_available(DType t, std::int64_t n) {

@@ -21,7 +21,7 @@ namespace {
 enum class Product { few, gemm_f32, gemm_q8, generic };
 Product product_for(DType t, std::int64_t n) {
   if (matmul_few_available(t, n)) return Product::few;
-  if ((t == DType::q8_0 || t == DType::q4_0 || t == DType::q4_K || t == DType::q5_K) && gemm_q8_available())
+  if ((t == DType::q8_0 || t == DType::q4_0 || is_k_quant(t)) && gemm_q8_available())
     return Product::gemm_q8;
   if ((t == DType::f32 || t == DType::f16 || t == DType::bf16 || is_k_quant(t)) && gemm_f32_available())
     return Product::gemm_f32;

@@ -70,8 +70,8 @@ void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, con
 struct GemmScratch {
   std::vector<float> panel;        // (128, 32) packed f32 rows
   std::vector<float> row;          // one converted row slice
-  std::vector<std::int32_t> corr;  // (4, cols/32) -128 · Σ w of each row block
-  std::vector<float> dw;           // (4, cols/32) the row blocks' scales
+  std::vector<std::int32_t> corr;  // (4, cols/32) -128 · Σ w of each row block (q6_K: of each half of 16)
+  std::vector<float> dw;           // (4, cols/32) the row blocks' scales (q6_K: two a block)
   std::vector<BlockQ8_0> unpacked; // (4, cols/32) q4_0 and k-quant rows as q8_0 blocks
   std::vector<float> offs;         // (4, cols/32) q4_K and q5_K rows' offsets (dmin · m) per block
 };
@@ -85,7 +85,7 @@ void gemm_f32(float* out, std::size_t ld, const Weight& w, const float* x, std::
 // of X (n, cols) into it (threads may take disjoint ranges).
 void prepare_batch(QuantizedBatch& xq, std::int64_t n, std::int64_t cols);
 void quantize_batch(QuantizedBatch& xq, const float* x, std::int64_t cols, std::int64_t t_lo, std::int64_t t_hi);
-// out (n, hi - lo) = X · W[lo:hi]ᵀ for q8_0, q4_0, q4_K and q5_K weights, X given
+// out (n, hi - lo) = X · W[lo:hi]ᵀ for q8_0, q4_0, q4_K, q5_K and q6_K weights, X given
 // quantized: int8 products (vpdpbusd), 4 rows × 32 tokens at a time.
 void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& xq, std::int64_t lo, std::int64_t hi,
              GemmScratch& s);
