@@ -211,15 +211,15 @@ __attribute__((target("avx2,f16c"))) void row_sums(const BlockQ8_0* row, std::si
   for (std::size_t b = 0; b < nb; ++b) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[b].qs));
     const __m256i s4 = _mm256_sad_epu8(_mm256_xor_si256(q, bias), zero);
-    const __m128i lo = _mm256_castsi256_si128(s4), hi = _mm256_extracti128_si256(s4, 1);
+    const auto half = [](__m128i v) {  // Σ qs of 16 numbers from its two partial sums
+      return static_cast<std::int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(v, _mm_unpackhi_epi64(v, v)))) - 16 * 128;
+    };
+    const std::int32_t s0 = half(_mm256_castsi256_si128(s4)), s1 = half(_mm256_extracti128_si256(s4, 1));
     if constexpr (Halves) {
-      const __m128i lo2 = _mm_add_epi64(lo, _mm_unpackhi_epi64(lo, lo)), hi2 = _mm_add_epi64(hi, _mm_unpackhi_epi64(hi, hi));
-      corr[2 * b] = -128 * (static_cast<std::int32_t>(_mm_cvtsi128_si64(lo2)) - 16 * 128);
-      corr[2 * b + 1] = -128 * (static_cast<std::int32_t>(_mm_cvtsi128_si64(hi2)) - 16 * 128);
+      corr[2 * b] = -128 * s0;
+      corr[2 * b + 1] = -128 * s1;
     } else {
-      const __m128i s2 = _mm_add_epi64(lo, hi);
-      const auto sum = static_cast<std::int32_t>(_mm_cvtsi128_si64(_mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2)))) - 32 * 128;
-      corr[b] = -128 * sum;
+      corr[b] = -128 * (s0 + s1);
     }
     if (dw) dw[b] = _cvtsh_ss(row[b].d);
   }
