@@ -451,8 +451,8 @@ int main(int argc, char** argv) {
       ->check(cli::Range(std::int64_t{1}, std::int64_t{1} << 32));
   app.add_option("--hidden", o.hidden, "hidden size for --what-if-vocab (default: the model's)")
       ->check(cli::Range(std::int64_t{1}, std::int64_t{1} << 24));
-  app.add_option("--dtype", o.dtype, "element type for --what-if-vocab: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K (default: the model's, or f32)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"}));
+  app.add_option("--dtype", o.dtype, "element type for --what-if-vocab: " + weight_dtype_list() + " (default: the model's, or f32)")
+      ->check(CLI::IsMember(weight_dtype_names()));
   app.add_option("--training", o.training, "adam: also the memory of training with Adam")->check(CLI::IsMember({"adam"}));
   app.add_flag("--json", o.json, "report as JSON");
   app.add_option("--tensor", o.tensor, "the embedding tensor's name, when it is not found by name");
@@ -497,8 +497,8 @@ int main(int argc, char** argv) {
   CLI::App* ex_cmd = app.add_subcommand("export", "write the embedding (and an untied output) as .npy, safetensors or GGUF");
   ex_cmd->add_option("MODEL", o.model, "model file")->required();
   ex_cmd->add_option("-o,--output", o.output, "OUT.npy, OUT.safetensors or OUT.gguf (required)")->required();
-  ex_cmd->add_option("--dtype", o.dtype, "convert to f32, f16, bf16, q8_0, q4_0, q4_K, q5_K or q6_K (default: as stored)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"}));
+  ex_cmd->add_option("--dtype", o.dtype, "convert to " + weight_dtype_list() + " (default: as stored)")
+      ->check(CLI::IsMember(weight_dtype_names()));
   ex_cmd->add_option("--tensor", o.tensor, "the embedding tensor's name");
   ex_cmd->add_flag("--output-matrix", o.output_matrix, "only the output projection (untied models)");
 

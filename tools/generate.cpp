@@ -456,14 +456,14 @@ int main(int argc, char** argv) {
   synth->add_option("--n-ctx", shape.n_ctx_train, "context length");
   bool untied = false;
   synth->add_flag("--untied", untied, "an output matrix of its own (default: tied, except tinyllama-1.1b)");
-  synth->add_option("--dtype", synth_dtype, "f32 (default), f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"}));
+  synth->add_option("--dtype", synth_dtype, weight_dtype_list() + " (default: f32)")
+      ->check(CLI::IsMember(weight_dtype_names()));
   synth->add_option("--seed", synth_seed, "random seed (default 1)");
   synth->add_option("-o,--output", synth_out, "GGUF to write (required)")->required();
   CLI::App* conv = app.add_subcommand("convert", "write a model (GGUF or llama2.c) as GGUF in another dtype");
   conv->add_option("-m,--model", o.model, "model file")->required();
-  conv->add_option("--dtype", conv_dtype, "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K")->required()
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"}));
+  conv->add_option("--dtype", conv_dtype, weight_dtype_list())->required()
+      ->check(CLI::IsMember(weight_dtype_names()));
   conv->add_option("-o,--output", conv_out, "GGUF to write (required)")->required();
 
   CLI::App* ppl = app.add_subcommand(

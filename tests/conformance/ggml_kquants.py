@@ -1,4 +1,4 @@
-# The k-quants (q4_K, q5_K, q6_K) against GGML's own code, called from the libggml-base.so
+# The k-quants (q2_K, q3_K, q4_K, q5_K, q6_K) against GGML's own code, called from the libggml-base.so
 # that llama.cpp's prebuilt npm package carries (ctypes; its quantize and dequantize_row
 # functions). For each type, on matrices of several distributions:
 #   1. GGML's blocks, put into a GGUF that lmpipe wrote, read back by lmpipe (embed-inspect
@@ -18,7 +18,7 @@ lib = ctypes.CDLL(libpath)
 lib.ggml_quantize_chunk.restype = ctypes.c_size_t
 lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                     ctypes.c_int64, ctypes.c_void_p]
-TYPES = {"q4_K": (12, 144), "q5_K": (13, 176), "q6_K": (14, 210)}
+TYPES = {"q2_K": (10, 84), "q3_K": (11, 110), "q4_K": (12, 144), "q5_K": (13, 176), "q6_K": (14, 210)}
 
 
 def matrices():

@@ -102,7 +102,7 @@ TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]"
   // 768 (three k-quant super-blocks).
   // With AVX-512 run whole, f32 rows up to 1024 go one at a time, longer ones 4 at a time.
   for (const int cols : {96, 288, 109, 4123, 768}) {
-    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_K, DType::q5_K, DType::q6_K}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K}) {
       if (static_cast<std::size_t>(cols) % dtype_info(t).block != 0) continue;
       INFO(dtype_name(t) << ", " << cols << " columns");
       const int rows = 12, n = 7;
@@ -189,17 +189,18 @@ TEST_CASE("the AVX-512 GEMMs agree with the reference products, at every edge of
     for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
     for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
     X[3] = 0;  // a zero block scale must not divide by zero
-    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_K, DType::q5_K, DType::q6_K}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K}) {
       if (static_cast<std::size_t>(cols) % dtype_info(t).block != 0) continue;
       const std::size_t rb = dtype_bytes(t, cols);
       std::vector<std::byte> q(rb * static_cast<std::size_t>(rows));
       for (int i = 0; i < rows; ++i) from_f32(t, W.data() + i * cols, q.data() + static_cast<std::size_t>(i) * rb, cols);
       Weight w{t, q.data(), rows, cols, rb};
       // The k-quants through the int8 GEMM (sub-blocks unpacked; q4_K's and q5_K's offsets
-      // from the token blocks' sums, q6_K's two scales a block applied half by half) and
-      // through the f32 one; q8_0 and q4_0 through the int8 one only, floats the f32 one.
+      // from the token blocks' sums, q6_K's, q3_K's and q2_K's two scales a block applied
+      // half by half, q2_K's two offsets from the token half blocks' sums) and through the
+      // f32 one; q8_0 and q4_0 through the int8 one only, floats the f32 one.
       const bool int8_only = t == DType::q8_0 || t == DType::q4_0;
-      const bool int8_ok = (int8_only || is_k_quant(t)) && gemm_q8_available();
+      const bool int8_ok = gemm_q8_takes(t);
       for (const bool int8 : {false, true}) {
         if (int8 ? !int8_ok : int8_only) continue;
         INFO((int8 ? "int8 GEMM" : "f32 GEMM"));
@@ -252,7 +253,7 @@ TEST_CASE("a few tokens at once: each row read once for all of them, the same bi
   // q8_0 and q4_0 rows (whole blocks of 32 only) and k-quant rows (2048 columns) give the
   // decode step's sums exactly, with VNNI's int8 products and with AVX2's.
   for (auto [rows, cols] : {std::pair{13, 96}, std::pair{13, 109}, std::pair{70, 2048}, std::pair{7, 4123}}) {
-    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_K, DType::q5_K, DType::q6_K}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K}) {
       const bool int8 = is_quantized(t);
       if (static_cast<std::size_t>(cols) % dtype_info(t).block != 0) continue;
       std::vector<float> W(static_cast<std::size_t>(rows * cols));
@@ -426,13 +427,13 @@ TEST_CASE("q8_0 and f16 weights stay close to f32 on the same random model", "[m
 // k-quant weights (n_embd and n_ff multiples of 256): the steps, the batch of a prompt
 // (a GEMM past the few-token products' limit, those below it) and the same weights
 // converted to f32 all agree to the activations' int8 rounding.
-TEST_CASE("q4_K, q5_K and q6_K models: steps, batches and their f32 conversion agree", "[model]") {
+TEST_CASE("k-quant models (q2_K … q6_K): steps, batches and their f32 conversion agree", "[model]") {
   Config c = tiny_config();
   c.n_embd = 256, c.n_ff = 512, c.n_head = 4, c.n_kv_head = 2;
   ThreadPool pool(2);
   kv::KvConfig kc{c.n_layer, 48, c.kv_dim()};
   const auto V = static_cast<std::size_t>(c.n_vocab);
-  for (DType t : {DType::q4_K, DType::q5_K, DType::q6_K}) {
+  for (DType t : {DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K}) {
     INFO(dtype_name(t));
     const std::string pq = temp_path("kq.gguf"), pf = temp_path("kq_f32.gguf");
     REQUIRE(write_random_gguf(pq, c, t, 21).ok());
@@ -447,7 +448,8 @@ TEST_CASE("q4_K, q5_K and q6_K models: steps, batches and their f32 conversion a
     REQUIRE(mf.ok());
     std::vector<TokenId> prompt;
     for (int i = 0; i < 40; ++i) prompt.push_back((i * 7 + 3) % c.n_vocab);
-    // the few-token products; q6_K's still (the others' GEMM); every type's GEMM
+    // the few-token products; the GEMM (int8 with VNNI), or without VNNI q6_K's few-token
+    // products and the others' f32 GEMM; every type's GEMM
     for (std::size_t n : {std::size_t{5}, std::size_t{24}, prompt.size()}) {
       INFO(n << " tokens");
       std::vector<float> steps(V * n), batch(V * n), ref(V * n);
@@ -463,7 +465,7 @@ TEST_CASE("q4_K, q5_K and q6_K models: steps, batches and their f32 conversion a
       // activations, as the steps: near the steps, though not to float rounding (an
       // activation a rounding away from its step's value moves by a quantum; the GEMM
       // against the decode step's products: "the AVX-512 GEMMs agree").
-      const bool f32_gemm = !matmul_few_available(t, static_cast<std::int64_t>(n)) && !gemm_q8_available();
+      const bool f32_gemm = !matmul_few_available(t, static_cast<std::int64_t>(n)) && !gemm_q8_takes(t);
       if (f32_gemm) CHECK(max_abs(batch, ref) <= 1e-5 * range);
       else CHECK(max_abs(batch, steps) <= 0.005 * range);
     }
@@ -723,9 +725,9 @@ TEST_CASE("q8_0 and q4_0 matvec equal their integer sums at every row length, wi
 // of q4_K and q5_K through the activation blocks' sums. Against the dequantized row times
 // the quantized activation in double, at 1 to 9 super-blocks, activations at the int8
 // extremes and rows of one sign (offsets at their largest), on every int8 path.
-TEST_CASE("q4_K, q5_K and q6_K matvec equal the dequantized rows times the quantized activation", "[model][ops]") {
+TEST_CASE("k-quant matvec (q2_K … q6_K) equals the dequantized rows times the quantized activation", "[model][ops]") {
   Rng r(37);
-  for (DType t : {DType::q4_K, DType::q5_K, DType::q6_K})
+  for (DType t : {DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K})
     for (const int nsb : {1, 2, 3, 9}) {
       const int cols = 256 * nsb, rows = 4;
       std::vector<float> W(static_cast<std::size_t>(rows * cols)), x(static_cast<std::size_t>(cols));
@@ -787,12 +789,16 @@ TEST_CASE("quantize_activation: q = lround(x / d), d = max |x| / 127 per block o
       REQUIRE(xq.bias_q8[g] == -128 * sum);
       REQUIRE(xq.bias_q6[g] == -32 * sum);
     }
-    // Each block's d · Σ q, which q4_K's and q5_K's offsets multiply.
+    // Each block's d · Σ q, which q4_K's and q5_K's offsets multiply, and each half's,
+    // which q2_K's multiply.
     REQUIRE(xq.sum.size() == x.size() / 32);
+    REQUIRE(xq.sum16.size() == x.size() / 16);
     for (std::size_t b = 0; b < xq.sum.size(); ++b) {
-      int sum = 0;
-      for (std::size_t j = 0; j < 32; ++j) sum += xq.q[b * 32 + j];
-      REQUIRE(xq.sum[b] == xq.d[b] * static_cast<float>(sum));
+      int half[2] = {0, 0};
+      for (std::size_t j = 0; j < 32; ++j) half[j / 16] += xq.q[b * 32 + j];
+      REQUIRE(xq.sum[b] == xq.d[b] * static_cast<float>(half[0] + half[1]));
+      REQUIRE(xq.sum16[2 * b] == xq.d[b] * static_cast<float>(half[0]));
+      REQUIRE(xq.sum16[2 * b + 1] == xq.d[b] * static_cast<float>(half[1]));
     }
   };
   // amax 127 makes d = 1: the numbers are their own quotients, halfway cases included.

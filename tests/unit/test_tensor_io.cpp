@@ -135,12 +135,39 @@ TEST_CASE("q4_0: signed maximum, nibble order and error bound", "[tensor_io][dty
 
 // The k-quants' layouts, written by hand and read back; their error on random data
 // (the conformance test ggml_kquants checks both against GGML's own code).
-TEST_CASE("q4_K, q5_K, q6_K: scale packing, number order and error", "[tensor_io][dtype]") {
+TEST_CASE("q2_K … q6_K: scale packing, number order and error", "[tensor_io][dtype]") {
   CHECK(parse_dtype("Q4_K") == DType::q4_K);
   CHECK(parse_dtype("q5_k") == DType::q5_K);
   CHECK(dtype_name(DType::q6_K) == "q6_K");
   CHECK(dtype_bytes(DType::q4_K, 512) == 288);
   CHECK(!tensor_bytes(DType::q6_K, 288 * 2, 288));  // rows must be whole super-blocks
+  CHECK(parse_dtype("Q2_K") == DType::q2_K);
+  CHECK(parse_dtype("q3_k") == DType::q3_K);
+  CHECK(dtype_bytes(DType::q2_K, 512) == 168);
+  CHECK(dtype_bytes(DType::q3_K, 512) == 220);
+  // Every 6-bit q3_K scale at every one of the 16 places, packed as kquants.h says.
+  for (int j = 0; j < 16; ++j)
+    for (int sc = 0; sc < 64; ++sc) {
+      BlockQ3_K b{};
+      b.d = f32_to_f16(1.0f);
+      // all other scales 32 (a factor of 0); every level 5 (q − 4 = 1)
+      std::uint8_t six[16];
+      for (int i = 0; i < 16; ++i) six[i] = static_cast<std::uint8_t>(i == j ? sc : 32);
+      for (int i = 0; i < 16; ++i) {
+        b.scales[i % 8] = static_cast<std::uint8_t>(b.scales[i % 8] | (six[i] & 15) << (i < 8 ? 0 : 4));
+        b.scales[8 + i % 4] = static_cast<std::uint8_t>(b.scales[8 + i % 4] | (six[i] >> 4) << (2 * (i / 4)));
+      }
+      std::memset(b.qs, 0x55, sizeof b.qs);
+      std::memset(b.hmask, 0xFF, sizeof b.hmask);
+      float y[256];
+      to_f32(DType::q3_K, &b, y, 256);
+      // sub-block j holds numbers 128h + 32g + 16k + l for j = 8h + 2g + k
+      const int first = 128 * (j / 8) + 32 * ((j % 8) / 2) + 16 * (j % 2);
+      for (int l = 0; l < 256; ++l) {
+        INFO("scale " << j << " = " << sc << ", number " << l);
+        REQUIRE(y[l] == (l >= first && l < first + 16 ? static_cast<float>(sc - 32) : 0.0f));
+      }
+    }
   // Every (scale, min) pair of 6 bits, at every one of the 8 places, packed and unpacked.
   for (int j = 0; j < 8; ++j)
     for (int sc = 0; sc < 64; ++sc)
@@ -194,6 +221,27 @@ TEST_CASE("q4_K, q5_K, q6_K: scale packing, number order and error", "[tensor_io
     CHECK(y[128 + 96 + 20] == -50.0f);
     CHECK(y[128 + 96 + 19] == -2.0f * -32.0f);  // q = 0 → −32 under scale −2
     CHECK(y[0] == -32.0f);
+    // q2_K: number 128h + 32g + l in bits 2g of qs[32h + l], scale byte 8h + 2g + l / 16
+    // (the scale in its low nibble, the min in its high one)
+    BlockQ2_K f{};
+    f.d = f32_to_f16(1.0f);
+    f.dmin = f32_to_f16(0.5f);
+    f.scales[8 + 2 * 3 + 1] = 0x52;  // half 1, group 3, numbers 16..31: sc 2, m 5
+    f.qs[32 + 20] = 3 << 6;
+    to_f32(DType::q2_K, &f, y, 256);
+    CHECK(y[128 + 96 + 20] == 2.0f * 3 - 2.5f);
+    CHECK(y[128 + 96 + 19] == -2.5f);
+    CHECK(y[128 + 64 + 20] == 0.0f);
+    // q3_K: its third bit from bit 4h + g of hmask[l]; q − 4
+    BlockQ3_K h{};
+    h.d = f32_to_f16(1.0f);
+    h.scales[5] = 13 << 4, h.scales[9] = 2 << 6;  // scale 13 (half 1, group 2, numbers 16..31): 45 − 32
+    h.qs[32 + 20] = 1 << 4;
+    h.hmask[20] = 1 << 6;  // level 5: q − 4 = 1
+    to_f32(DType::q3_K, &h, y, 256);
+    CHECK(y[128 + 64 + 20] == 13.0f);
+    CHECK(y[128 + 64 + 19] == -52.0f);  // level 0 → −4
+    CHECK(y[0] == 128.0f);              // scale 0 → −32, level 0 → −4
   }
   // Blocks of random bytes (f16 factors kept finite): the portable loops and the AVX2
   // conversions give the same bits.
@@ -209,7 +257,11 @@ TEST_CASE("q4_K, q5_K, q6_K: scale packing, number order and error", "[tensor_io
     std::vector<BlockQ4_K> b4(64);
     std::vector<BlockQ5_K> b5(64);
     std::vector<BlockQ6_K> b6(64);
-    fill(b4), fill(b5), fill(b6);
+    std::vector<BlockQ2_K> b2(64);
+    std::vector<BlockQ3_K> b3(64);
+    fill(b4), fill(b5), fill(b6), fill(b2), fill(b3);
+    for (auto& b : b2) finite(b.d), finite(b.dmin);
+    for (auto& b : b3) finite(b.d);
     for (auto& b : b4) finite(b.d), finite(b.dmin);
     for (auto& b : b5) finite(b.d), finite(b.dmin);
     for (auto& b : b6) finite(b.d);
@@ -227,16 +279,22 @@ TEST_CASE("q4_K, q5_K, q6_K: scale packing, number order and error", "[tensor_io
     to_f32(DType::q6_K, b6.data(), fast.data(), fast.size());
     q6_K_to_f32_scalar(b6.data(), slow.data(), 64);
     same("q6_K");
+    to_f32(DType::q2_K, b2.data(), fast.data(), fast.size());
+    q2_K_to_f32_scalar(b2.data(), slow.data(), 64);
+    same("q2_K");
+    to_f32(DType::q3_K, b3.data(), fast.data(), fast.size());
+    q3_K_to_f32_scalar(b3.data(), slow.data(), 64);
+    same("q3_K");
   }
   // Random data: a k-quant's error is a fraction of each 16 or 32 numbers' range.
-  for (DType t : {DType::q4_K, DType::q5_K, DType::q6_K}) {
+  for (DType t : {DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K}) {
     auto v = random_floats(256 * 16, 17, 1.5f);
     auto q = encode(t, v);
     REQUIRE(q.size() == 16 * dtype_info(t).block_bytes);
     std::vector<float> back(v.size());
     to_f32(t, q.data(), back.data(), v.size());
-    const int sub = t == DType::q6_K ? 16 : 32;
-    const float levels = t == DType::q4_K ? 15 : t == DType::q5_K ? 31 : 63;
+    const int sub = t == DType::q4_K || t == DType::q5_K ? 32 : 16;
+    const float levels = t == DType::q2_K ? 3 : t == DType::q3_K ? 7 : t == DType::q4_K ? 15 : t == DType::q5_K ? 31 : 63;
     double err = 0, total = 0;
     for (std::size_t s = 0; s < v.size(); s += static_cast<std::size_t>(sub)) {
       float lo = 0, hi = 0;
@@ -252,7 +310,7 @@ TEST_CASE("q4_K, q5_K, q6_K: scale packing, number order and error", "[tensor_io
     }
     const double rel = std::sqrt(err / total);
     INFO(dtype_name(t) << " relative RMS error " << rel);
-    CHECK(rel < (t == DType::q4_K ? 0.09 : t == DType::q5_K ? 0.045 : 0.022));
+    CHECK(rel < (t == DType::q2_K ? 0.25 : t == DType::q3_K ? 0.14 : t == DType::q4_K ? 0.09 : t == DType::q5_K ? 0.045 : 0.022));
   }
 }
 
@@ -488,10 +546,10 @@ TEST_CASE("lying and truncated headers give located errors, never a crash or a h
   f = open_bytes(b);
   REQUIRE_FALSE(f.ok());
   CHECK_THAT(f.error().message, Catch::Contains("tensor 'w'"));
-  // A ggml type lmpipe does not read (q2_K), named; a k-quant whose rows (32 numbers) are
-  // not whole super-blocks of 256.
+  // A ggml type lmpipe does not read (iq4_xs), named; a k-quant whose rows (32 numbers)
+  // are not whole super-blocks of 256.
   const std::size_t type_at = good.find(std::string("\x01\x00\x00\x00\x00\x00\x00\x00w", 9)) + 9 + 4 + 16;
-  for (auto [type, what] : {std::pair{10u, "ggml type 10 (q2_K) is not supported"}, std::pair{12u, "rows of 32 elements are not whole 256-element blocks of q4_K"}}) {
+  for (auto [type, what] : {std::pair{23u, "ggml type 23 (iq4_xs) is not supported"}, std::pair{12u, "rows of 32 elements are not whole 256-element blocks of q4_K"}}) {
     b = good;
     std::memcpy(b.data() + type_at, &type, 4);
     f = open_bytes(b);

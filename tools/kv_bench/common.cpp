@@ -74,7 +74,7 @@ Result<std::unique_ptr<Runnable>> load_runnable(const ModelSpec& spec) {
     LMP_ASSIGN(model::Config c, resolve_shape(spec));
     const auto pdt = parse_dtype(spec.dtype);
     if (!pdt || !dtype_info(*pdt).is_float)
-      return make_error(Errc::invalid_argument, "unknown dtype '{}' (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)", spec.dtype);
+      return make_error(Errc::invalid_argument, "unknown dtype '{}' ({})", spec.dtype, weight_dtype_list());
     const DTypeInfo& dt = dtype_info(*pdt);
     if (static_cast<std::size_t>(c.n_embd) % dt.block || static_cast<std::size_t>(c.n_ff) % dt.block)
       return make_error(Errc::invalid_argument,

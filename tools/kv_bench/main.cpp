@@ -75,8 +75,8 @@ int main(int argc, char** argv) {
     sc->add_option("--n-ff", com.spec.shape.n_ff, "feed-forward width (default: 8/3 n_embd)")->check(cli::Range(1, 1 << 22));
     sc->add_option("--n-vocab", com.spec.shape.n_vocab, "vocabulary (default 32000)")->check(cli::Range(2, 1 << 24));
     if (runnable) {
-      sc->add_option("--dtype", com.spec.dtype, "weights of a random model: f32 (default), f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K")
-          ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"}));
+      sc->add_option("--dtype", com.spec.dtype, "weights of a random model: " + weight_dtype_list() + " (default: f32)")
+          ->check(CLI::IsMember(weight_dtype_names()));
       sc->add_option("-j,--threads", com.threads, "threads (default 1)")->check(cli::Range(1, 256));
     }
     sc->add_flag("--json", json, "the report as JSON (fields: docs/kv-bench.md)");
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   common(pn, false);
   pn->add_option("--memory", pl.memory, "device or host memory (default 24GiB)");
   pn->add_option("--ctx", pl.ctx, "tokens per sequence (default: the model's context)")->check(cli::Range(1, 1 << 26));
-  pn->add_option("--weights", pl.weights, "weights' type: f32, f16 (default), bf16, q8_0, q4_0, q4_K, q5_K, q6_K");
+  pn->add_option("--weights", pl.weights, "weights' type: " + weight_dtype_list() + " (default: f16)");
   pn->add_option("--reserve", pl.reserve, "memory kept for activations and the runtime (default 0)");
 
   cli::ToolSpec spec{

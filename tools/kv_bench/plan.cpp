@@ -13,7 +13,7 @@ Result<cli::Report> run_plan(const Common& com, const PlanOptions& o) {
   const int ctx = o.ctx ? o.ctx : c.n_ctx_train;
   const auto wdt = parse_dtype(o.weights);
   if (!wdt || !dtype_info(*wdt).is_float)
-    return make_error(Errc::invalid_argument, "--weights: '{}' is not f32, f16, bf16, q8_0, q4_0, q4_K, q5_K or q6_K", o.weights);
+    return make_error(Errc::invalid_argument, "--weights: '{}' is not one of {}", o.weights, weight_dtype_list());
   const double per_param = static_cast<double>(dtype_info(*wdt).block_bytes) / static_cast<double>(dtype_info(*wdt).block);
   const std::uint64_t memory = cli::parse_bytes(o.memory, "--memory"), reserve = cli::parse_bytes(o.reserve, "--reserve");
   const std::uint64_t params = model::param_count(c);

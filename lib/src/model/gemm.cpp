@@ -1,6 +1,6 @@
 // Matrix-matrix products of prompt processing, AVX-512: out (n, rows) = X (n, cols) · Wᵀ.
 //
-// Float weights (f32, f16, bf16; and the k-quants q4_K, q5_K, q6_K, converted the same way). Panels of 32 rows are converted to f32 and packed
+// Float weights (f32, f16, bf16; and the k-quants, converted the same way). Panels of 32 rows are converted to f32 and packed
 // k-major, P[k][32], 128 columns at a time (16 KB: it stays in L1 while every token
 // passes over it). The micro-kernel takes 8 tokens: for each column k it broadcasts
 // X[t][k] and adds it times the panel's two 16-wide halves into 16 zmm accumulators,
@@ -10,8 +10,10 @@
 // first, 4 rows at a time), and q4_K and q5_K (each sub-block of 32 unpacked into a block
 // of its levels 0..15 or 0..31, with the sub-block's scale d·sc as the block's scale and
 // its offset dmin·m taken off as dmin·m · d_x · Σ x_q, each token block's sum), and q6_K
-// (each group of 32 unpacked into a block of its signed values q − 32, whose two halves
-// of 16 keep their own scales d·sc: each half's sums are scaled on their own). The activations are quantized as q8_0 quantizes (a scale per
+// and q3_K (each group of 32 unpacked into a block of its signed values q − 32 or q − 4,
+// whose two halves of 16 keep their own scales: each half's sums are scaled on their
+// own; q2_K's blocks of levels 0..3 have two offsets too, taken off through each token
+// half block's sum). The activations are quantized as q8_0 quantizes (a scale per
 // token and 32 columns) but stored as unsigned bytes, x_q + 128, in VNNI order: per group
 // of 16 tokens, 4 columns of all 16 tokens side by side (64 bytes). vpdpbusd then
 // multiplies 4 columns of 16 tokens by 4 weight bytes broadcast from the row: 64 products
@@ -130,8 +132,10 @@ inline std::int32_t load_i32(const std::int8_t* p) {
 }
 
 // Rows [r0, r0 + R) by token groups [g0, g0 + G): out (tokens, rows), ld floats apart.
-// Sub scales a block (1; 2 for q6_K's halves of 16): corr and dw hold Sub values a block,
-// at (r · nb + b) · Sub + h, and the integer sums of each part are scaled on their own.
+// Sub scales a block (1; 2 for the halves of 16 of q6_K, q3_K and q2_K): corr, dw and
+// offs hold Sub values a block, at (r · nb + b) · Sub + h, and the integer sums of each
+// part are scaled on their own; Offsets: each part's offset times the tokens' sums of
+// that part (xq.s, or xq.s16 for halves) is taken off.
 template <int R, int G, bool Offsets, int Sub = 1>
 __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void tile_q8(const BlockQ8_0* const* rows,
                                                                           const std::int32_t* corr, const float* dw,
@@ -158,18 +162,16 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void tile_q8(const Bl
         }
       }
       for (int g = 0; g < G; ++g) {
-        const __m512 dx = _mm512_loadu_ps(xq.d.data() + ((g0 + static_cast<std::size_t>(g)) * xq.blocks + b) * 16);
+        const std::size_t tb = (g0 + static_cast<std::size_t>(g)) * xq.blocks + b;  // the token group's block
+        const __m512 dx = _mm512_loadu_ps(xq.d.data() + tb * 16);
         for (int r = 0; r < R; ++r) {
           const __m512 s = _mm512_mul_ps(_mm512_set1_ps(dw[at(r)]), dx);
           facc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][g]), s, facc[r][g]);
         }
-      }
-    }
-    for (int g = 0; g < G; ++g) {
-      if constexpr (Offsets) {
-        const __m512 sx = _mm512_loadu_ps(xq.s.data() + ((g0 + static_cast<std::size_t>(g)) * xq.blocks + b) * 16);
-        for (int r = 0; r < R; ++r)
-          facc[r][g] = _mm512_fnmadd_ps(_mm512_set1_ps(offs[static_cast<std::size_t>(r) * nb + b]), sx, facc[r][g]);
+        if constexpr (Offsets) {
+          const __m512 sx = _mm512_loadu_ps(Sub == 1 ? xq.s.data() + tb * 16 : xq.s16.data() + (tb * 2 + static_cast<std::size_t>(h)) * 16);
+          for (int r = 0; r < R; ++r) facc[r][g] = _mm512_fnmadd_ps(_mm512_set1_ps(offs[at(r)]), sx, facc[r][g]);
+        }
       }
     }
   }
@@ -190,14 +192,15 @@ void tiles_q8(const BlockQ8_0* const* rows, const std::int32_t* corr, const floa
   if (g < g_hi) tile_q8<R, 1, Offsets, Sub>(rows, corr, dw, offs, nb, xq, g, out, ld, xq.n);
 }
 // The kinds of rows: q8_0-style blocks (q8_0, q4_0), with offsets (q4_K, q5_K), with two
-// scales a block (q6_K).
-enum class RowKind { plain, offsets, halves };
+// scales a block (q6_K, q3_K), with two scales and two offsets a block (q2_K).
+enum class RowKind { plain, offsets, halves, offset_halves };
 template <int R>
 void tiles_q8_any(RowKind kind, const BlockQ8_0* const* rows, const std::int32_t* corr, const float* dw, const float* offs,
               std::size_t nb, const QuantizedBatch& xq, std::size_t g_lo, std::size_t g_hi, float* out, std::size_t ld) {
   switch (kind) {
     case RowKind::offsets: return tiles_q8<R, true, 1>(rows, corr, dw, offs, nb, xq, g_lo, g_hi, out, ld);
     case RowKind::halves: return tiles_q8<R, false, 2>(rows, corr, dw, offs, nb, xq, g_lo, g_hi, out, ld);
+    case RowKind::offset_halves: return tiles_q8<R, true, 2>(rows, corr, dw, offs, nb, xq, g_lo, g_hi, out, ld);
     case RowKind::plain: return tiles_q8<R, false, 1>(rows, corr, dw, offs, nb, xq, g_lo, g_hi, out, ld);
   }
 }
@@ -261,21 +264,35 @@ __attribute__((target("avx2,f16c"))) void unpack_k(const void* in, std::size_t n
   }
 }
 
-// A q6_K row's groups of 32 as q8_0 blocks of their values q − 32, with the scales d·sc
-// of each block's two halves of 16 in dw (two a block; the blocks' own scale is not used).
-__attribute__((target("avx2,f16c"))) void unpack_q6(const BlockQ6_K* w, std::size_t nsb, BlockQ8_0* out, float* dw) {
-  const __m256i m32 = _mm256_set1_epi8(32);
-  for (std::size_t s = 0; s < nsb; ++s, out += 8, dw += 16) {
+// A q6_K, q3_K or q2_K row's groups of 32 as q8_0 blocks of their values q − 32, q − 4
+// or q, with the scales d·sc (q3_K: d·(sc − 32)) of each block's two halves of 16 in dw
+// (two a block; the blocks' own scale is not used), and q2_K's offsets dmin·m in offs.
+template <typename Block>
+__attribute__((target("avx2,f16c"))) void unpack_k16(const Block* w, std::size_t nsb, BlockQ8_0* out, float* dw,
+                                                     float* offs) {
+  constexpr bool q6 = std::is_same_v<Block, BlockQ6_K>, q2 = std::is_same_v<Block, BlockQ2_K>;
+  const __m256i mid = _mm256_set1_epi8(q6 ? 32 : q2 ? 0 : 4);
+  for (std::size_t s = 0; s < nsb; ++s, out += 8, dw += 16, offs += q2 ? 16 : 0) {
     for (int h = 0; h < 2; ++h) {
       __m256i q[4];
-      q6_levels_avx2(w[s], h, q);
+      if constexpr (q6) q6_levels_avx2(w[s], h, q);
+      else q23_levels_avx2(w[s], h, q);
       for (int g = 0; g < 4; ++g) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[4 * h + g].qs), _mm256_sub_epi8(q[g], m32));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[4 * h + g].qs), _mm256_sub_epi8(q[g], mid));
         out[4 * h + g].d = 0;
       }
     }
     const float d = _cvtsh_ss(w[s].d);
-    for (int j = 0; j < 16; ++j) dw[j] = d * static_cast<float>(w[s].scales[j]);
+    if constexpr (q6) {
+      for (int j = 0; j < 16; ++j) dw[j] = d * static_cast<float>(w[s].scales[j]);
+    } else if constexpr (q2) {
+      const float dmin = _cvtsh_ss(w[s].dmin);
+      for (int j = 0; j < 16; ++j) dw[j] = d * static_cast<float>(w[s].scales[j] & 15), offs[j] = dmin * static_cast<float>(w[s].scales[j] >> 4);
+    } else {
+      std::uint64_t sc[2];
+      unpack_q3_scales(w[s].scales, sc[0], sc[1]);
+      for (int j = 0; j < 16; ++j) dw[j] = d * static_cast<float>(static_cast<int>((sc[j / 8] >> (8 * (j % 8))) & 63) - 32);
+    }
   }
 }
 
@@ -301,6 +318,7 @@ void attn_values_f32(float* O, std::size_t ldo, std::size_t w, const float* P, s
 
 bool gemm_f32_available() { return cpu::avx512(); }
 bool gemm_q8_available() { return cpu::avx512_vnni(); }
+bool gemm_q8_takes(DType t) { return gemm_q8_available() && (t == DType::q8_0 || t == DType::q4_0 || is_k_quant(t)); }
 
 void gemm_f32(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo,
               std::int64_t hi, GemmScratch& s) {
@@ -330,7 +348,8 @@ __attribute__((target("avx512f"))) inline __m512 abs_ps(__m512 v) {
 // One token's blocks (AVX-512): the same values as quantize_activation's lround(x / d),
 // rounded half away from zero, plus 128.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_token(const float* row, std::size_t nb,
-                                                                       std::uint8_t* q, float* d, float* s, std::size_t lane) {
+                                                                       std::uint8_t* q, float* d, float* s, float* s16,
+                                                                       std::size_t lane) {
   // (Sign and magnitude through integer ops: AVX-512F has no float and/or without DQ.)
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   const __m512i one = _mm512_castps_si512(_mm512_set1_ps(1.0f));
@@ -350,13 +369,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_token(const f
       const __m512 r = _mm512_mask_add_ps(t, up, t, away);
       _mm512_store_si512(v + 16 * h, _mm512_cvttps_epi32(r));
     }
-    int sum = 0;
+    int part[2] = {0, 0};
     for (std::size_t j = 0; j < 32; ++j) {
       const std::size_t c = b * 32 + j;
       q[(c / 4) * 64 + lane * 4 + c % 4] = static_cast<std::uint8_t>(v[j] + 128);
-      sum += v[j];
+      part[j / 16] += v[j];
     }
-    s[b * 16 + lane] = db * static_cast<float>(sum);
+    s[b * 16 + lane] = db * static_cast<float>(part[0] + part[1]);
+    s16[b * 32 + lane] = db * static_cast<float>(part[0]);
+    s16[b * 32 + 16 + lane] = db * static_cast<float>(part[1]);
   }
 }
 }  // namespace
@@ -366,7 +387,8 @@ void quantize_batch(QuantizedBatch& xq, const float* x, std::int64_t cols, std::
   const std::size_t nb = C / 32;
   for (auto t = static_cast<std::size_t>(t_lo); t < static_cast<std::size_t>(t_hi); ++t) {
     const std::size_t g = t / 16, lane = t % 16;
-    quantize_token(x + t * C, nb, xq.q.data() + g * C * 16, xq.d.data() + g * nb * 16, xq.s.data() + g * nb * 16, lane);
+    quantize_token(x + t * C, nb, xq.q.data() + g * C * 16, xq.d.data() + g * nb * 16, xq.s.data() + g * nb * 16,
+                   xq.s16.data() + g * nb * 32, lane);
   }
 }
 
@@ -379,19 +401,20 @@ void prepare_batch(QuantizedBatch& xq, std::int64_t n, std::int64_t cols) {
   xq.q.assign(xq.groups * xq.cols * 16, 128);
   xq.d.assign(xq.groups * xq.blocks * 16, 0.0f);
   xq.s.assign(xq.groups * xq.blocks * 16, 0.0f);
+  xq.s16.assign(xq.groups * xq.blocks * 32, 0.0f);
 }
 
 void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& xq, std::int64_t lo, std::int64_t hi,
              GemmScratch& s) {
   const std::size_t nb = static_cast<std::size_t>(w.cols) / 32;
   const bool q4 = w.dtype == DType::q4_0, kq = w.dtype == DType::q4_K || w.dtype == DType::q5_K,
-             q6 = w.dtype == DType::q6_K;
-  const RowKind kind = kq ? RowKind::offsets : q6 ? RowKind::halves : RowKind::plain;
-  const std::size_t sub = q6 ? 2 : 1;  // scales a block
+             q6 = w.dtype == DType::q6_K || w.dtype == DType::q3_K, q2 = w.dtype == DType::q2_K;
+  const RowKind kind = kq ? RowKind::offsets : q6 ? RowKind::halves : q2 ? RowKind::offset_halves : RowKind::plain;
+  const std::size_t sub = q6 || q2 ? 2 : 1;  // scales a block
   s.corr.resize(4 * nb * sub);
   s.dw.resize(4 * nb * sub);
-  if (q4 || kq || q6) s.unpacked.resize(4 * nb);
-  if (kq) s.offs.resize(4 * nb);
+  if (q4 || kq || q6 || q2) s.unpacked.resize(4 * nb);
+  if (kq || q2) s.offs.resize(4 * nb * sub);
   // Groups of tokens per pass over the rows: their activations (cols · 16 bytes a group)
   // stay in L2 while the rows stream by.
   const std::size_t chunk = std::max<std::size_t>(2, (std::size_t{512} << 10) / (xq.cols * 16) / 2 * 2);
@@ -406,12 +429,14 @@ void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& 
         float* dw = s.dw.data() + static_cast<std::size_t>(r) * nb * sub;
         std::int32_t* corr = s.corr.data() + static_cast<std::size_t>(r) * nb * sub;
         if (q4) unpack_q4(reinterpret_cast<const BlockQ4_0*>(row), nb, u);
-        rows[r] = q4 || kq || q6 ? u : reinterpret_cast<const BlockQ8_0*>(row);
-        if (q6) {
-          unpack_q6(reinterpret_cast<const BlockQ6_K*>(row), nb / 8, u, dw);
+        rows[r] = q4 || kq || q6 || q2 ? u : reinterpret_cast<const BlockQ8_0*>(row);
+        float* offs = s.offs.data() + static_cast<std::size_t>(r) * nb * sub;
+        if (q6 || q2) {
+          if (w.dtype == DType::q3_K) unpack_k16(reinterpret_cast<const BlockQ3_K*>(row), nb / 8, u, dw, offs);
+          else if (q2) unpack_k16(reinterpret_cast<const BlockQ2_K*>(row), nb / 8, u, dw, offs);
+          else unpack_k16(reinterpret_cast<const BlockQ6_K*>(row), nb / 8, u, dw, offs);
           row_sums<true>(u, nb, corr, nullptr);
         } else if (kq) {
-          float* offs = s.offs.data() + static_cast<std::size_t>(r) * nb;
           if (w.dtype == DType::q5_K) unpack_k<true>(row, nb / 8, u, dw, offs);
           else unpack_k<false>(row, nb / 8, u, dw, offs);
           row_sums(rows[r], nb, corr, nullptr);

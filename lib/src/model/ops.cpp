@@ -589,13 +589,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,
 #undef LMP_Q4_UNSIGNED
 #undef LMP_Q8_UNSIGNED
 
-// ---- k-quant rows (q4_K, q5_K, q6_K) against a quantized activation ---------------------
+// ---- k-quant rows (q2_K … q6_K) against a quantized activation ---------------------
 // Each sub-block of 32 numbers meets one of the activation's 32-number blocks: the int8
 // multiply-add of its unsigned levels and the activation's bytes, times the sub-block's
 // scale, the super-block's factor and the activation block's scale. q4_K and q5_K take
 // their offsets off through the activation blocks' sums (QuantizedVec::sum):
 // Σ (a·q − b)·x = a·Σ q·x − b·Σ x, one multiply-add of 8 sub-blocks a super-block.
-// q6_K's levels are q − 32 under a scale per 16 numbers (LMP_DOT_Q6_K below).
+// q6_K, q3_K and q2_K have a scale per 16 numbers (LMP_DOT_K16 below).
 __attribute__((target("avx2"))) inline __m256 u8x8_to_ps(std::uint64_t v) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(v))));
 }
@@ -639,19 +639,40 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_
 }
 #undef LMP_DOT_Q45_K
 
-// q6_K: each 32-number group's int8 multiply-add starts from the activation's −32 · Σ x of
-// each 4 (QuantizedVec::bias_q6), so that its lanes hold Σ (q − 32)·x exactly; lanes 0-3
-// are the group's first 16 numbers, 4-7 its second, and meet their scales as floats: the
-// factors d · sc_j · (the activation block's scale) of a super-block's 16 scales are made
-// at once, 8 to a register (F[0]: groups 0-3, F[1]: 4-7), and each group's pair spread
-// over its lanes by one permute.
-#define LMP_DOT_Q6_K(MADD)                                                                  \
-  const auto* w = reinterpret_cast<const BlockQ6_K*>(row);                                 \
+// q6_K, q3_K and q2_K: a scale per 16 numbers. Each 32-number group's int8 multiply-add
+// starts from what makes its levels signed: the activation's −32 · Σ x of each 4 for
+// q6_K (QuantizedVec::bias_q6), an eighth of that, −4 · Σ x, for q3_K, 0 for q2_K, whose
+// offsets dmin · m_j are taken off through the activation's sums of 16 (QuantizedVec::sum16),
+// two multiply-adds a super-block. So the lanes hold Σ (q − 32)·x, Σ (q − 4)·x or Σ q·x
+// exactly; lanes 0-3 are the group's first 16 numbers, 4-7 its second, and meet their
+// scales as floats: the factors d · sc_j · (the activation block's scale) of a
+// super-block's 16 scales are made at once, 8 to a register (F[0]: groups 0-3, F[1]:
+// 4-7), and each group's pair spread over its lanes by one permute.
+#define LMP_DOT_K16(MADD)                                                                   \
+  constexpr bool q6 = std::is_same_v<Block, BlockQ6_K>, q3 = std::is_same_v<Block, BlockQ3_K>; \
+  const auto* w = reinterpret_cast<const Block*>(row);                                     \
   const __m256i pairs_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), pairs_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7); \
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;                                           \
+  const __m128i low4 = _mm_set1_epi8(15);                                                   \
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, accm = acc0;                              \
   for (std::int64_t s = 0; s < nsb; ++s) {                                                  \
-    prefetch_ahead(w + s, pd, 4); /* 210 bytes */                                           \
-    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[s].scales));      \
+    prefetch_ahead(w + s, pd, q6 ? 4 : 2); /* 210, 110 or 84 bytes */                        \
+    __m128i sc; /* the 16 scales, signed bytes */                                           \
+    if constexpr (q6) {                                                                     \
+      sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[s].scales));                  \
+    } else if constexpr (q3) {                                                              \
+      std::uint64_t lo, hi;                                                                 \
+      unpack_q3_scales(w[s].scales, lo, hi);                                                \
+      sc = _mm_sub_epi8(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)), _mm_set1_epi8(32)); \
+    } else {                                                                                \
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[s].scales)); \
+      const __m128i m = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);                      \
+      const __m256 dmin = _mm256_set1_ps(_cvtsh_ss(w[s].dmin));                             \
+      sc = _mm_and_si128(bytes, low4);                                                      \
+      accm = _mm256_fmadd_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m))), \
+                             _mm256_loadu_ps(xs16 + 16 * s), accm);                         \
+      accm = _mm256_fmadd_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(m, m)))), \
+                             _mm256_loadu_ps(xs16 + 16 * s + 8), accm);                     \
+    }                                                                                       \
     const __m256 xds = _mm256_mul_ps(_mm256_loadu_ps(xd + 8 * s), _mm256_set1_ps(_cvtsh_ss(w[s].d))); \
     const __m256 F[2] = {                                                                   \
         _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), _mm256_permutevar8x32_ps(xds, pairs_lo)), \
@@ -661,11 +682,14 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_
     const std::int32_t* b = bias + 64 * s;                                                  \
     for (int h = 0; h < 2; ++h) {                                                           \
       __m256i levels[4];                                                                    \
-      q6_levels_avx2(w[s], h, levels);                                                      \
+      if constexpr (q6) q6_levels_avx2(w[s], h, levels);                                    \
+      else q23_levels_avx2(w[s], h, levels);                                                \
       for (int g = 0; g < 4; ++g) {                                                         \
         const int j = 4 * h + g; /* the activation's block */                               \
-        const __m256i p = MADD(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 8 * j)), levels[g], \
-                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * j))); \
+        __m256i start = _mm256_setzero_si256();                                             \
+        if constexpr (q6) start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 8 * j)); \
+        else if constexpr (q3) start = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 8 * j)), 3); \
+        const __m256i p = MADD(start, levels[g], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * j))); \
         const __m256 f = _mm256_permutevar8x32_ps(                                          \
             F[h], _mm256_setr_epi32(2 * g, 2 * g, 2 * g, 2 * g, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1)); \
         if (g & 1) acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc1);                  \
@@ -673,20 +697,26 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_
       }                                                                                     \
     }                                                                                       \
   }                                                                                         \
-  return hsum(_mm256_add_ps(acc0, acc1));
+  if constexpr (q6 || q3) return hsum(_mm256_add_ps(acc0, acc1));                           \
+  else return hsum(_mm256_add_ps(acc0, acc1)) - hsum(accm);
 
-__attribute__((target("avx2,fma,f16c"))) float dot_q6_K_avx2(const std::byte* row, const std::int8_t* xq, const float* xd,
-                                                           const std::int32_t* bias, std::int64_t nsb, std::ptrdiff_t pd) {
-  LMP_DOT_Q6_K(madd_u8_avx2)
+// bias: QuantizedVec::bias_q6 (q6_K, q3_K); xs16: QuantizedVec::sum16 (q2_K).
+template <typename Block>
+__attribute__((target("avx2,fma,f16c"))) float dot_k16_avx2(const std::byte* row, const std::int8_t* xq, const float* xd,
+                                                          const std::int32_t* bias, const float* xs16, std::int64_t nsb,
+                                                          std::ptrdiff_t pd) {
+  LMP_DOT_K16(madd_u8_avx2)
 }
-__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_q6_K_vnni(const std::byte* row,
-                                                                                         const std::int8_t* xq,
-                                                                                         const float* xd,
-                                                                                         const std::int32_t* bias,
-                                                                                         std::int64_t nsb, std::ptrdiff_t pd) {
-  LMP_DOT_Q6_K(madd_u8_vnni)
+template <typename Block>
+__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_k16_vnni(const std::byte* row,
+                                                                                        const std::int8_t* xq,
+                                                                                        const float* xd,
+                                                                                        const std::int32_t* bias,
+                                                                                        const float* xs16,
+                                                                                        std::int64_t nsb, std::ptrdiff_t pd) {
+  LMP_DOT_K16(madd_u8_vnni)
 }
-#undef LMP_DOT_Q6_K
+#undef LMP_DOT_K16
 
 // Without AVX2: each super-block converted to f32 and multiplied with x as it is.
 float dot_k_scalar(DType t, const std::byte* row, const float* x, std::int64_t n) {
@@ -731,9 +761,9 @@ namespace {
 // per number and took 2% of a q8_0 decode step on the main thread while the others waited.
 // Also each group of 4's bias for q4_0, q8_0 and q6_K rows (QuantizedVec::bias_q4,
 // bias_q8, bias_q6).
-__attribute__((target("avx2"))) void quantize_blocks_avx2(std::int8_t* q, float* d, float* sum, std::int32_t* bias_q4,
-                                                          std::int32_t* bias_q8, std::int32_t* bias_q6, const float* x,
-                                                          std::size_t nb) {
+__attribute__((target("avx2"))) void quantize_blocks_avx2(std::int8_t* q, float* d, float* sum, float* sum16,
+                                                          std::int32_t* bias_q4, std::int32_t* bias_q8,
+                                                          std::int32_t* bias_q6, const float* x, std::size_t nb) {
   const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
   for (std::size_t b = 0; b < nb; ++b, x += 32, q += 32, bias_q4 += 8, bias_q8 += 8, bias_q6 += 8) {
     __m256 v[4];
@@ -766,10 +796,13 @@ __attribute__((target("avx2"))) void quantize_blocks_avx2(std::int8_t* q, float*
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias_q4), _mm256_sub_epi32(zero, _mm256_slli_epi32(sum4, 3)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias_q8), _mm256_sub_epi32(zero, _mm256_slli_epi32(sum4, 7)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias_q6), _mm256_sub_epi32(zero, _mm256_slli_epi32(sum4, 5)));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum4), _mm256_extracti128_si256(sum4, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-    sum[b] = db * static_cast<float>(_mm_cvtsi128_si32(s4));
+    // the sums of the two 16s (lanes 0-3 and 4-7), side by side, then the block's
+    __m128i s4 = _mm_hadd_epi32(_mm256_castsi256_si128(sum4), _mm256_extracti128_si256(sum4, 1));
+    s4 = _mm_hadd_epi32(s4, s4);
+    const int s0 = _mm_cvtsi128_si32(s4), s1 = _mm_extract_epi32(s4, 1);
+    sum16[2 * b] = db * static_cast<float>(s0);
+    sum16[2 * b + 1] = db * static_cast<float>(s1);
+    sum[b] = db * static_cast<float>(s0 + s1);
   }
 }
 }  // namespace
@@ -779,12 +812,13 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
   out.q.resize(nb * 32);
   out.d.resize(nb);
   out.sum.resize(nb);
+  out.sum16.resize(nb * 2);
   out.bias_q4.resize(nb * 8);
   out.bias_q8.resize(nb * 8);
   out.bias_q6.resize(nb * 8);
   if (cpu::avx2())
-    return quantize_blocks_avx2(out.q.data(), out.d.data(), out.sum.data(), out.bias_q4.data(), out.bias_q8.data(),
-                                out.bias_q6.data(), x, nb);
+    return quantize_blocks_avx2(out.q.data(), out.d.data(), out.sum.data(), out.sum16.data(), out.bias_q4.data(),
+                                out.bias_q8.data(), out.bias_q6.data(), x, nb);
   for (std::size_t b = 0; b < nb; ++b) {
     float amax = 0;
     for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
@@ -800,9 +834,11 @@ void quantize_activation(QuantizedVec& out, const float* x, std::size_t n) {
     out.bias_q6[g] = -32 * sum;
   }
   for (std::size_t b = 0; b < nb; ++b) {
-    int sum = 0;
-    for (std::size_t j = 0; j < 32; ++j) sum += out.q[b * 32 + j];
-    out.sum[b] = out.d[b] * static_cast<float>(sum);
+    int half[2] = {0, 0};
+    for (std::size_t j = 0; j < 32; ++j) half[j / 16] += out.q[b * 32 + j];
+    out.sum16[2 * b] = out.d[b] * static_cast<float>(half[0]);
+    out.sum16[2 * b + 1] = out.d[b] * static_cast<float>(half[1]);
+    out.sum[b] = out.d[b] * static_cast<float>(half[0] + half[1]);
   }
 }
 
@@ -871,14 +907,20 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
         else s = dot_k_scalar(w.dtype, row, x, n);
         break;
       }
-      case DType::q6_K: {
+      case DType::q6_K:
+      case DType::q3_K:
+      case DType::q2_K: {
         const std::int64_t nsb = n / static_cast<std::int64_t>(kQK_K);
         const std::int8_t* q = xq->q.data();
-        const float* xd = xq->d.data();
+        const float *xd = xq->d.data(), *xs16 = xq->sum16.data();
         const std::int32_t* b = xq->bias_q6.data();
-        if (vnni) s = dot_q6_K_vnni(row, q, xd, b, nsb, pd);
-        else if (avx2) s = dot_q6_K_avx2(row, q, xd, b, nsb, pd);
-        else s = dot_k_scalar(w.dtype, row, x, n);
+        if (!avx2) s = dot_k_scalar(w.dtype, row, x, n);
+        else if (w.dtype == DType::q6_K)
+          s = vnni ? dot_k16_vnni<BlockQ6_K>(row, q, xd, b, xs16, nsb, pd) : dot_k16_avx2<BlockQ6_K>(row, q, xd, b, xs16, nsb, pd);
+        else if (w.dtype == DType::q3_K)
+          s = vnni ? dot_k16_vnni<BlockQ3_K>(row, q, xd, b, xs16, nsb, pd) : dot_k16_avx2<BlockQ3_K>(row, q, xd, b, xs16, nsb, pd);
+        else
+          s = vnni ? dot_k16_vnni<BlockQ2_K>(row, q, xd, b, xs16, nsb, pd) : dot_k16_avx2<BlockQ2_K>(row, q, xd, b, xs16, nsb, pd);
         break;
       }
       default:
@@ -964,8 +1006,9 @@ bool matmul_few_available(DType t, std::int64_t n) {
   // up to 7; q8_0 rows without VNNI, the decode step's products token after token, up to 4.
   if (t == DType::q4_0) return n <= (use_vnni() ? 8 : cpu::avx2() ? 7 : 4);
   if (t == DType::q8_0) return n <= (use_vnni() ? 8 : 4);
+  if (is_k_quant(t) && gemm_q8_takes(t)) return n <= kFewKQuantInt8;
   if (t == DType::q6_K) return n <= kFewQ6K;
-  if (is_k_quant(t)) return n <= (gemm_q8_available() ? kFewKQuantInt8 : kFewKQuant);
+  if (is_k_quant(t)) return n <= kFewKQuant;
   return n <= 16 && cpu::avx2() && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
 }
 

@@ -52,6 +52,8 @@ std::uint32_t file_type(DType d) {  // llama.cpp's LLAMA_FTYPE_ALL_F32, MOSTLY_F
     case DType::f16: return 1;
     case DType::q4_0: return 2;
     case DType::q8_0: return 7;
+    case DType::q2_K: return 10;  // MOSTLY_Q2_K
+    case DType::q3_K: return 11;  // MOSTLY_Q3_K_S: q3_K throughout
     case DType::q4_K: return 14;  // MOSTLY_Q4_K_S: q4_K throughout
     case DType::q5_K: return 16;  // MOSTLY_Q5_K_S
     case DType::q6_K: return 18;  // MOSTLY_Q6_K

@@ -21,7 +21,7 @@ const DTypeInfo kInfo[] = {
     {"f32", 1, 4, true},    {"f16", 1, 2, true}, {"bf16", 1, 2, true}, {"q8_0", 32, 34, true},
     {"q4_0", 32, 18, true}, {"i32", 1, 4, false}, {"i8", 1, 1, false},  {"u8", 1, 1, false},
     {"i16", 1, 2, false},   {"i64", 1, 8, false}, {"f64", 1, 8, false}, {"q4_K", 256, 144, true},
-    {"q5_K", 256, 176, true}, {"q6_K", 256, 210, true},
+    {"q5_K", 256, 176, true}, {"q6_K", 256, 210, true}, {"q2_K", 256, 84, true},  {"q3_K", 256, 110, true},
 };
 
 std::uint32_t bits_of(float f) {
@@ -119,6 +119,19 @@ std::optional<DType> parse_dtype(std::string_view name) {
   return std::nullopt;
 }
 
+const std::vector<std::string>& weight_dtype_names() {
+  static const std::vector<std::string> names{"f32", "f16", "bf16", "q8_0", "q4_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"};
+  return names;
+}
+const std::string& weight_dtype_list() {
+  static const std::string list = [] {
+    std::string s;
+    for (const auto& n : weight_dtype_names()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }();
+  return list;
+}
+
 std::optional<std::uint64_t> tensor_bytes(DType t, std::uint64_t count, std::uint64_t row) {
   const DTypeInfo& d = dtype_info(t);
   if (row % d.block != 0) return std::nullopt;
@@ -201,6 +214,8 @@ void to_f32(DType t, const void* src, float* dst, std::size_t n) {
     case DType::q4_K: return q4_K_to_f32(static_cast<const BlockQ4_K*>(src), dst, n / kQK_K);
     case DType::q5_K: return q5_K_to_f32(static_cast<const BlockQ5_K*>(src), dst, n / kQK_K);
     case DType::q6_K: return q6_K_to_f32(static_cast<const BlockQ6_K*>(src), dst, n / kQK_K);
+    case DType::q2_K: return q2_K_to_f32(static_cast<const BlockQ2_K*>(src), dst, n / kQK_K);
+    case DType::q3_K: return q3_K_to_f32(static_cast<const BlockQ3_K*>(src), dst, n / kQK_K);
     case DType::i32: {
       const auto* s = static_cast<const std::int32_t*>(src);
       for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
@@ -257,6 +272,8 @@ void from_f32(DType t, const float* src, void* dst, std::size_t n) {
     case DType::q4_K: return quantize_q4_K(src, static_cast<BlockQ4_K*>(dst), n / kQK_K);
     case DType::q5_K: return quantize_q5_K(src, static_cast<BlockQ5_K*>(dst), n / kQK_K);
     case DType::q6_K: return quantize_q6_K(src, static_cast<BlockQ6_K*>(dst), n / kQK_K);
+    case DType::q2_K: return quantize_q2_K(src, static_cast<BlockQ2_K*>(dst), n / kQK_K);
+    case DType::q3_K: return quantize_q3_K(src, static_cast<BlockQ3_K*>(dst), n / kQK_K);
     case DType::i32:
     case DType::i8:
     case DType::u8:

@@ -102,22 +102,44 @@ void k_levels(const float* x, const float eff_a[8], const float eff_b[8], int Q,
   }
 }
 
-// The scale s (x ≈ s·q, q in −32..31) of 16 numbers: the one that maps the number of
-// largest magnitude to −32, and nearby ones, least squared error.
+// The scale s (x ≈ s·q, q in −(Q + 1)..Q) of 16 numbers: the one that maps the number of
+// largest magnitude to −(Q + 1), and nearby ones (steps of a quarter level for q6_K's 64
+// levels, a tenth for q3_K's 8), each also refitted by least squares to the levels it
+// chose; least squared error.
+template <int Q>
 float fit_symmetric(const float* x) {
   float amax = 0, max = 0;
   for (int i = 0; i < 16; ++i)
     if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), max = x[i];
   if (amax == 0) return 0;
-  float best = max / -32.0f, best_err = -1;
-  for (int step = -6; step <= 6; ++step) {
-    const float s = max / (-32.0f + 0.25f * static_cast<float>(step));
+  constexpr float kStep = Q >= 31 ? 0.25f : 0.1f;
+  constexpr int kSteps = Q >= 31 ? 6 : 10;
+  const auto error = [&](float s) {
     float e = 0;
     for (int i = 0; i < 16; ++i) {
-      const float r = s * static_cast<float>(std::clamp(nearest(x[i] / s), -32, 31)) - x[i];
+      const float r = s * static_cast<float>(std::clamp(nearest(x[i] / s), -(Q + 1), Q)) - x[i];
       e += r * r;
     }
+    return e;
+  };
+  float best = max / -static_cast<float>(Q + 1), best_err = -1;
+  for (int step = -kSteps; step <= kSteps; ++step) {
+    const float s = max / (-static_cast<float>(Q + 1) + kStep * static_cast<float>(step));
+    float e = error(s);
     if (best_err < 0 || e < best_err) best_err = e, best = s;
+    if constexpr (Q < 31) {
+      float sqx = 0, sqq = 0;
+      for (int i = 0; i < 16; ++i) {
+        const auto q = static_cast<float>(std::clamp(nearest(x[i] / s), -(Q + 1), Q));
+        sqx += q * x[i];
+        sqq += q * q;
+      }
+      if (sqq > 0 && sqx != 0) {
+        const float ls = sqx / sqq;
+        e = error(ls);
+        if (e < best_err) best_err = e, best = ls;
+      }
+    }
   }
   return best;
 }
@@ -164,6 +186,40 @@ __attribute__((target("avx2,f16c"))) void q6_K_to_f32_avx2(const BlockQ6_K* b, f
         for (int p = 0; p < 4; ++p) {
           const __m256 a = _mm256_set1_ps(d * static_cast<float>(sc[2 * g + p / 2]));
           _mm256_storeu_ps(y + 32 * g + 8 * p, _mm256_mul_ps(a, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]))));
+        }
+      }
+    }
+  }
+}
+
+// q2_K and q3_K: each group of 32 as two sub-blocks of 16, y = a·q − b (q2_K: levels
+// 0..3) or y = a·(q − 4) (q3_K), the scalar loops' arithmetic.
+template <typename Block>
+__attribute__((target("avx2,f16c"))) void q23_K_to_f32_avx2(const Block* b, float* y, std::size_t nb) {
+  constexpr bool q3 = std::is_same_v<Block, BlockQ3_K>;
+  for (std::size_t k = 0; k < nb; ++k) {
+    const float d = _cvtsh_ss(b[k].d);
+    float a[16], o[16] = {};
+    if constexpr (q3) {
+      std::uint64_t sc[2];
+      unpack_q3_scales(b[k].scales, sc[0], sc[1]);
+      for (int j = 0; j < 16; ++j) a[j] = d * static_cast<float>(static_cast<int>((sc[j / 8] >> (8 * (j % 8))) & 63) - 32);
+    } else {
+      const float dmin = _cvtsh_ss(b[k].dmin);
+      for (int j = 0; j < 16; ++j) a[j] = d * static_cast<float>(b[k].scales[j] & 15), o[j] = dmin * static_cast<float>(b[k].scales[j] >> 4);
+    }
+    for (int h = 0; h < 2; ++h, y += 128) {
+      __m256i levels[4];
+      q23_levels_avx2(b[k], h, levels);
+      for (int g = 0; g < 4; ++g) {
+        const __m256i q = q3 ? _mm256_sub_epi8(levels[g], _mm256_set1_epi8(4)) : levels[g];
+        const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int p = 0; p < 4; ++p) {
+          const int j = 8 * h + 2 * g + p / 2;
+          const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]));
+          const __m256 r = _mm256_mul_ps(_mm256_set1_ps(a[j]), v);
+          _mm256_storeu_ps(y + 32 * g + 8 * p, q3 ? r : _mm256_sub_ps(r, _mm256_set1_ps(o[j])));
         }
       }
     }
@@ -259,7 +315,7 @@ void quantize_q6_K(const float* x, BlockQ6_K* y, std::size_t nb) {
   for (std::size_t k = 0; k < nb; ++k, x += 256) {
     float s[16], amax = 0;
     for (int j = 0; j < 16; ++j) {
-      s[j] = fit_symmetric(x + 16 * j);
+      s[j] = fit_symmetric<31>(x + 16 * j);
       amax = std::max(amax, std::fabs(s[j]));
     }
     y[k].d = f32_to_f16(amax / 127.0f);
@@ -282,6 +338,108 @@ void quantize_q6_K(const float* x, BlockQ6_K* y, std::size_t nb) {
         qh[l] = static_cast<std::uint8_t>(qq[l] >> 4 | (qq[32 + l] >> 4) << 2 | (qq[64 + l] >> 4) << 4 | (qq[96 + l] >> 4) << 6);
       }
     }
+  }
+}
+
+void q2_K_to_f32(const BlockQ2_K* b, float* y, std::size_t nb) {
+  if (cpu::avx2()) return q23_K_to_f32_avx2(b, y, nb);
+  q2_K_to_f32_scalar(b, y, nb);
+}
+
+void q3_K_to_f32(const BlockQ3_K* b, float* y, std::size_t nb) {
+  if (cpu::avx2()) return q23_K_to_f32_avx2(b, y, nb);
+  q3_K_to_f32_scalar(b, y, nb);
+}
+
+void q2_K_to_f32_scalar(const BlockQ2_K* b, float* y, std::size_t nb) {
+  for (std::size_t k = 0; k < nb; ++k) {
+    const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
+    for (int h = 0; h < 2; ++h, y += 128)
+      for (int g = 0; g < 4; ++g)
+        for (int l = 0; l < 32; ++l) {
+          const std::uint8_t sc = b[k].scales[8 * h + 2 * g + l / 16];
+          const int q = (b[k].qs[32 * h + l] >> (2 * g)) & 3;
+          y[32 * g + l] = d * static_cast<float>(sc & 15) * static_cast<float>(q) - dmin * static_cast<float>(sc >> 4);
+        }
+  }
+}
+
+void q3_K_to_f32_scalar(const BlockQ3_K* b, float* y, std::size_t nb) {
+  for (std::size_t k = 0; k < nb; ++k) {
+    const float d = f16_to_f32(b[k].d);
+    const std::uint8_t* s = b[k].scales;
+    for (int h = 0; h < 2; ++h, y += 128)
+      for (int g = 0; g < 4; ++g)
+        for (int l = 0; l < 32; ++l) {
+          const int j = 8 * h + 2 * g + l / 16;
+          const int sc = ((j < 8 ? s[j] & 15 : s[j - 8] >> 4) | ((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+          const int q = ((b[k].qs[32 * h + l] >> (2 * g)) & 3) | ((b[k].hmask[l] >> (4 * h + g)) & 1) << 2;
+          y[32 * g + l] = d * static_cast<float>(sc) * static_cast<float>(q - 4);
+        }
+  }
+}
+
+// q2_K: each sub-block of 16 fitted as q4_K's of 32 (levels 0..3), the 16 scales and
+// offsets then as 4-bit integers under the f16 factors d and dmin.
+void quantize_q2_K(const float* x, BlockQ2_K* y, std::size_t nb) {
+  for (std::size_t k = 0; k < nb; ++k, x += 256) {
+    Affine f[16];
+    float max_a = 0, max_b = 0;
+    for (int j = 0; j < 16; ++j) {
+      f[j] = fit_affine(x + 16 * j, 16, 3);
+      max_a = std::max(max_a, f[j].a), max_b = std::max(max_b, f[j].b);
+    }
+    y[k].d = f32_to_f16(max_a / 15.0f);
+    y[k].dmin = f32_to_f16(max_b / 15.0f);
+    const float d = f16_to_f32(y[k].d), dmin = f16_to_f32(y[k].dmin);
+    std::uint8_t q[256];
+    for (int j = 0; j < 16; ++j) {
+      const int sc = d > 0 ? std::clamp(nearest(f[j].a / d), 0, 15) : 0;
+      const int m = dmin > 0 ? std::clamp(nearest(f[j].b / dmin), 0, 15) : 0;
+      y[k].scales[j] = static_cast<std::uint8_t>(sc | m << 4);
+      const float a = d * static_cast<float>(sc), b = dmin * static_cast<float>(m);
+      const float inv = a > 0 ? 1.0f / a : 0.0f;
+      for (int l = 0; l < 16; ++l) q[16 * j + l] = static_cast<std::uint8_t>(std::clamp(nearest((x[16 * j + l] + b) * inv), 0, 3));
+    }
+    for (int h = 0; h < 2; ++h)
+      for (int l = 0; l < 32; ++l) {
+        const std::uint8_t* qq = q + 128 * h + l;
+        y[k].qs[32 * h + l] = static_cast<std::uint8_t>(qq[0] | qq[32] << 2 | qq[64] << 4 | qq[96] << 6);
+      }
+  }
+}
+
+// q3_K: each sub-block's scale fitted symmetric (levels −4..3), the 16 scales then as
+// 6-bit integers −32..31 under d, the largest in magnitude taken to −32.
+void quantize_q3_K(const float* x, BlockQ3_K* y, std::size_t nb) {
+  for (std::size_t k = 0; k < nb; ++k, x += 256) {
+    float s[16], amax = 0, max = 0;
+    for (int j = 0; j < 16; ++j) {
+      s[j] = fit_symmetric<3>(x + 16 * j);
+      if (std::fabs(s[j]) > amax) amax = std::fabs(s[j]), max = s[j];
+    }
+    y[k].d = f32_to_f16(max / -32.0f);
+    const float d = f16_to_f32(y[k].d);
+    std::uint8_t q[256], sc6[16];
+    for (int j = 0; j < 16; ++j) {
+      const int sc = d != 0 ? std::clamp(nearest(s[j] / d), -32, 31) : 0;
+      sc6[j] = static_cast<std::uint8_t>(sc + 32);
+      const float eff = d * static_cast<float>(sc);
+      const float inv = eff != 0 ? 1.0f / eff : 0.0f;
+      for (int l = 0; l < 16; ++l) q[16 * j + l] = static_cast<std::uint8_t>(std::clamp(nearest(x[16 * j + l] * inv), -4, 3) + 4);
+    }
+    std::memset(y[k].scales, 0, sizeof y[k].scales);
+    for (int j = 0; j < 16; ++j) {
+      y[k].scales[j % 8] = static_cast<std::uint8_t>(y[k].scales[j % 8] | (sc6[j] & 15) << (j < 8 ? 0 : 4));
+      y[k].scales[8 + j % 4] = static_cast<std::uint8_t>(y[k].scales[8 + j % 4] | (sc6[j] >> 4) << (2 * (j / 4)));
+    }
+    std::memset(y[k].hmask, 0, sizeof y[k].hmask);
+    for (int h = 0; h < 2; ++h)
+      for (int l = 0; l < 32; ++l) {
+        const std::uint8_t* qq = q + 128 * h + l;
+        y[k].qs[32 * h + l] = static_cast<std::uint8_t>((qq[0] & 3) | (qq[32] & 3) << 2 | (qq[64] & 3) << 4 | (qq[96] & 3) << 6);
+        for (int g = 0; g < 4; ++g) y[k].hmask[l] = static_cast<std::uint8_t>(y[k].hmask[l] | (qq[32 * g] >> 2) << (4 * h + g));
+      }
   }
 }
 

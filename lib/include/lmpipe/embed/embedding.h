@@ -4,7 +4,7 @@
 // output.weight do; an untied model has a second matrix of the same shape for output.
 //
 // The matrix is viewed (a mapped file keeps it) or owned, in any float dtype: f32, f16,
-// bf16, q8_0, q4_0, q4_K, q5_K, q6_K. Rows of the other types are converted to f32 as they
+// bf16, q8_0, q4_0, q2_K … q6_K. Rows of the other types are converted to f32 as they
 // are used.
 #pragma once
 

@@ -27,7 +27,7 @@ struct ModelEmbedding {
 // lm_head.weight; tied when it is absent, when llama2.c says shared, or when both
 // tensors hold the same bytes).
 Result<ModelEmbedding> find_embedding(const tensor_io::TensorFile& f, const std::string& name = {});
-// A view of a tensor as an Embedding (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K).
+// A view of a tensor as an Embedding (f32, f16, bf16, q8_0, q4_0, q2_K … q6_K).
 Result<Embedding> embedding_view(const tensor_io::TensorFile& f, const tensor_io::TensorInfo& t);
 
 // Memory of the embedding and output matrices at a vocabulary size.

@@ -26,9 +26,10 @@ struct QuantizedVec {
   std::vector<std::int8_t> q;  // (n)
   std::vector<float> d;        // (n / 32)
   std::vector<float> sum;      // (n / 32) d · Σ q of each block: q4_K's and q5_K's offsets meet it
+  std::vector<float> sum16;    // (n / 16) d · Σ q of each half block: q2_K's offsets meet it
   // (n / 4) −8 · Σ q, −128 · Σ q and −32 · Σ q over each 4: the offsets that make q4_0,
-  // q8_0 and q6_K weights unsigned for the int8 multiply-add (ops.cpp, LMP_DOTS_INT8,
-  // LMP_DOT_Q6_K)
+  // q8_0 and q6_K (and, an eighth of it, q3_K) weights unsigned for the int8 multiply-add
+  // (ops.cpp, LMP_DOTS_INT8, LMP_DOT_K16)
   std::vector<std::int32_t> bias_q4, bias_q8, bias_q6;
 };
 void quantize_activation(QuantizedVec& out, const float* x, std::size_t n);
@@ -41,6 +42,7 @@ struct QuantizedBatch {
   std::vector<std::uint8_t> q;  // (groups, cols/4, 16, 4)
   std::vector<float> d;         // (groups, blocks, 16) scales; 0 for tokens past n
   std::vector<float> s;         // (groups, blocks, 16) d · Σ x_q of each token's block (k-quant offsets)
+  std::vector<float> s16;       // (groups, blocks, 2, 16) d · Σ x_q of each half of a token's block (q2_K's offsets)
 };
 
 // out (hi - lo) = W[lo:hi] · x, x (cols); `xq` is x quantized (needed for the block types,
@@ -70,13 +72,15 @@ void matmul_few(float* out, std::size_t ld, const Weight& w, const float* x, con
 struct GemmScratch {
   std::vector<float> panel;        // (128, 32) packed f32 rows
   std::vector<float> row;          // one converted row slice
-  std::vector<std::int32_t> corr;  // (4, cols/32) -128 · Σ w of each row block (q6_K: of each half of 16)
-  std::vector<float> dw;           // (4, cols/32) the row blocks' scales (q6_K: two a block)
+  std::vector<std::int32_t> corr;  // (4, cols/32) -128 · Σ w of each row block (q6_K, q3_K: of each half of 16)
+  std::vector<float> dw;           // (4, cols/32) the row blocks' scales (q6_K, q3_K: two a block)
   std::vector<BlockQ8_0> unpacked; // (4, cols/32) q4_0 and k-quant rows as q8_0 blocks
-  std::vector<float> offs;         // (4, cols/32) q4_K and q5_K rows' offsets (dmin · m) per block
+  std::vector<float> offs;         // (4, cols/32) q4_K and q5_K rows' offsets (dmin · m) per block (q2_K: two a block)
 };
 bool gemm_f32_available();  // AVX-512F
 bool gemm_q8_available();   // AVX-512 VNNI
+// gemm_q8 is available and takes weights of type t: q8_0, q4_0 and the k-quants.
+bool gemm_q8_takes(DType t);
 // out (n, hi - lo) = X (n, cols) · W[lo:hi]ᵀ for f32, f16 and bf16 weights, out's rows `ld`
 // floats apart: 32 rows packed as f32 at a time, multiplied with 8 tokens in registers.
 void gemm_f32(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo,
@@ -85,7 +89,7 @@ void gemm_f32(float* out, std::size_t ld, const Weight& w, const float* x, std::
 // of X (n, cols) into it (threads may take disjoint ranges).
 void prepare_batch(QuantizedBatch& xq, std::int64_t n, std::int64_t cols);
 void quantize_batch(QuantizedBatch& xq, const float* x, std::int64_t cols, std::int64_t t_lo, std::int64_t t_hi);
-// out (n, hi - lo) = X · W[lo:hi]ᵀ for q8_0, q4_0, q4_K, q5_K and q6_K weights, X given
+// out (n, hi - lo) = X · W[lo:hi]ᵀ for q8_0, q4_0 and k-quant weights, X given
 // quantized: int8 products (vpdpbusd), 4 rows × 32 tokens at a time.
 void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& xq, std::int64_t lo, std::int64_t hi,
              GemmScratch& s);

@@ -4,7 +4,7 @@
 // feed-forward → residual; final RMSNorm; output projection, tied to the embedding or not.
 //
 // Weights are views into the mapped file (GGUF, or a llama2.c checkpoint) in f32, f16,
-// bf16, q8_0, q4_0, q4_K, q5_K or q6_K; only the norm vectors are converted to f32 at load. The keys and
+// bf16, q8_0, q4_0 or a k-quant (q2_K … q6_K); only the norm vectors are converted to f32 at load. The keys and
 // values of every position go to a KvCache, so a decode step computes only the new token.
 #pragma once
 

@@ -5,17 +5,19 @@
 //   q4_0: 18 bytes = d (f16) + 16 bytes of nibbles;  x = (q − 8) · d, d = m / −8 where m is the
 //         element of largest magnitude with its sign, q = min(15, trunc(x / d + 8.5));
 //         byte j holds element j in its low nibble and element j + 16 in its high nibble.
-// q4_K, q5_K and q6_K are its k-quants, super-blocks of 256 (kquants.h).
+// q2_K, q3_K, q4_K, q5_K and q6_K are its k-quants, super-blocks of 256 (kquants.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace lmp {
 
-enum class DType : std::uint8_t { f32, f16, bf16, q8_0, q4_0, i32, i8, u8, i16, i64, f64, q4_K, q5_K, q6_K };
+enum class DType : std::uint8_t { f32, f16, bf16, q8_0, q4_0, i32, i8, u8, i16, i64, f64, q4_K, q5_K, q6_K, q2_K, q3_K };
 // GGML's block types, plain or k-quant.
 inline bool is_quantized(DType t) { return t == DType::q8_0 || t == DType::q4_0 || t >= DType::q4_K; }
 inline bool is_k_quant(DType t) { return t >= DType::q4_K; }
@@ -29,6 +31,11 @@ struct DTypeInfo {
 const DTypeInfo& dtype_info(DType t);
 inline std::string_view dtype_name(DType t) { return dtype_info(t).name; }
 std::optional<DType> parse_dtype(std::string_view name);  // "f32", "F16", "q4_0", "Q4_K", ... (any case)
+// The types weights can be written in (from_f32's), in the order the tools list them:
+// f32, f16, bf16, q8_0, q4_0, q2_K, q3_K, q4_K, q5_K, q6_K; and the same as one string
+// ("f32, f16, …, q6_K") for help texts and errors.
+const std::vector<std::string>& weight_dtype_names();
+const std::string& weight_dtype_list();
 
 // Bytes of n elements; n must be a multiple of the block size (checked by callers that
 // take sizes from files: see tensor_bytes).
@@ -54,7 +61,7 @@ std::uint16_t f32_to_bf16(float f);
 // n elements of type t at src → f32 (n a multiple of the block size; float types and
 // the integer types, which convert exactly up to 2^24).
 void to_f32(DType t, const void* src, float* dst, std::size_t n);
-// f32 → n elements of type t (float types only: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K).
+// f32 → n elements of type t (float types only: f32, f16, bf16, q8_0, q4_0 and the k-quants).
 void from_f32(DType t, const float* src, void* dst, std::size_t n);
 
 // Block layouts.

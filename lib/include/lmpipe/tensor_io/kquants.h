@@ -1,6 +1,7 @@
-// GGML's k-quant block formats (llama.cpp's Q4_K, Q5_K and Q6_K, the types of its
-// Q4_K_M, Q5_K_M and Q6_K files): super-blocks of 256 numbers whose sub-blocks carry
-// their own small integer scales, themselves scaled by the super-block's f16 factors.
+// GGML's k-quant block formats (llama.cpp's Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, the types of
+// its Q2_K, Q3_K_M, Q4_K_M, Q5_K_M and Q6_K files): super-blocks of 256 numbers whose
+// sub-blocks carry their own small integer scales, themselves scaled by the super-block's
+// f16 factors.
 //
 //   q4_K, 144 bytes: d, dmin (f16), 12 bytes of 6-bit scales sc_j and mins m_j of 8
 //         sub-blocks of 32, 128 bytes of nibbles. x = d·sc_j·q − dmin·m_j, q in 0..15.
@@ -15,6 +16,15 @@
 //         scales + 8h; its number 32g + l (g = 0..3, l = 0..31) takes its low 4 bits from
 //         ql[l + 32·(g & 1)] (the low nibble for g < 2, the high one for g ≥ 2), its high 2
 //         bits from qh[l] >> 2g, and scale sc[2g + l / 16].
+//   q2_K, 84 bytes: 16 scale bytes (sc_j in the low nibble, m_j in the high one), qs (64
+//         bytes), d, dmin (f16); 16 sub-blocks of 16, x = d·sc_j·q − dmin·m_j, q in 0..3.
+//         Half h reads qs + 32h: its number 32g + l takes bits 2g and 2g + 1 of qs[32h + l]
+//         and sub-block j = 8h + 2g + l / 16 (q6_K's order of groups and scales).
+//   q3_K, 110 bytes: hmask (32 bytes), qs (64), 12 bytes of 6-bit scales, d (f16); 16
+//         sub-blocks of 16, x = d·(sc_j − 32)·(q − 4), q in 0..7: number 128h + 32g + l
+//         takes its low 2 bits as q2_K does and its third from bit 4h + g of hmask[l].
+//         Scale j's low 4 bits are s[j] & 15 for j < 8 and s[j − 8] >> 4 for j ≥ 8, its
+//         high 2 bits (s[8 + j % 4] >> 2·(j / 4)) & 3.
 // Rows must hold a multiple of 256 numbers (tensor_bytes refuses others).
 #pragma once
 
@@ -45,7 +55,20 @@ struct BlockQ6_K {
   std::int8_t scales[16];
   std::uint16_t d;
 };
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210, "GGML k-quant layouts");
+struct BlockQ2_K {
+  std::uint8_t scales[16];
+  std::uint8_t qs[64];
+  std::uint16_t d, dmin;
+};
+struct BlockQ3_K {
+  std::uint8_t hmask[32];
+  std::uint8_t qs[64];
+  std::uint8_t scales[12];
+  std::uint16_t d;
+};
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 &&
+                  sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110,
+              "GGML k-quant layouts");
 
 // The 8 (scale, min) pairs of a q4_K or q5_K super-block.
 inline void unpack_k_scales(const std::uint8_t s[12], std::uint8_t sc[8], std::uint8_t m[8]) {
@@ -67,6 +90,21 @@ inline void unpack_k_scales(const std::uint8_t s[12], std::uint64_t& sc, std::ui
   const std::uint32_t low6 = 0x3F3F3F3Fu, low4 = 0x0F0F0F0Fu, top2 = 0x03030303u;
   sc = (w0 & low6) | static_cast<std::uint64_t>((w2 & low4) | ((w0 >> 6) & top2) << 4) << 32;
   m = (w1 & low6) | static_cast<std::uint64_t>(((w2 >> 4) & low4) | ((w1 >> 6) & top2) << 4) << 32;
+}
+
+// The 16 6-bit scales sc_j (0..63; the format's factor is sc_j − 32) of a q3_K
+// super-block, as two 64-bit words of 8 bytes (scale j in byte j % 8 of word j / 8),
+// worked out on its three 32-bit words.
+inline void unpack_q3_scales(const std::uint8_t s[12], std::uint64_t& lo, std::uint64_t& hi) {
+  std::uint32_t w0, w1, w2;
+  __builtin_memcpy(&w0, s, 4);
+  __builtin_memcpy(&w1, s + 4, 4);
+  __builtin_memcpy(&w2, s + 8, 4);
+  const std::uint32_t low4 = 0x0F0F0F0Fu, top2 = 0x03030303u;
+  const std::uint32_t a0 = (w0 & low4) | (w2 & top2) << 4, a1 = (w1 & low4) | ((w2 >> 2) & top2) << 4;
+  const std::uint32_t a2 = ((w0 >> 4) & low4) | ((w2 >> 4) & top2) << 4, a3 = ((w1 >> 4) & low4) | ((w2 >> 6) & top2) << 4;
+  lo = a0 | static_cast<std::uint64_t>(a1) << 32;
+  hi = a2 | static_cast<std::uint64_t>(a3) << 32;
 }
 
 // The levels of a q4_K or q5_K super-block's sub-blocks 2c (lo) and 2c + 1 (hi), one byte
@@ -105,19 +143,48 @@ __attribute__((target("avx2"))) inline void q6_levels_avx2(const BlockQ6_K& b, i
   q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low), _mm256_and_si256(_mm256_srli_epi16(qh, 2), two_bits));
 }
 
+// The levels of half h of a q2_K (0..3) or q3_K (0..7, the value q − 4) super-block, its
+// groups g = 0..3 of 32 numbers, one byte a number, in 256-bit registers.
+template <typename Block>
+__attribute__((target("avx2"))) inline void q23_levels_avx2(const Block& b, int h, __m256i q[4]) {
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
+  q[0] = _mm256_and_si256(bytes, three);
+  q[1] = _mm256_and_si256(_mm256_srli_epi16(bytes, 2), three);
+  q[2] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), three);
+  q[3] = _mm256_and_si256(_mm256_srli_epi16(bytes, 6), three);
+  if constexpr (std::is_same_v<Block, BlockQ3_K>) {
+    // bit 4h + g of each hmask byte moved to bit 2 (within the byte: nothing from the
+    // neighbouring byte reaches bit 2 in these 16-bit shifts)
+    const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask)), bit2 = _mm256_set1_epi8(4);
+    for (int g = 0; g < 4; ++g) {
+      const int k = 4 * h + g;
+      const __m256i t = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
+      q[g] = _mm256_or_si256(q[g], _mm256_and_si256(t, bit2));
+    }
+  }
+}
+
 // nb super-blocks → nb · 256 floats.
 void q4_K_to_f32(const BlockQ4_K* b, float* y, std::size_t nb);
 void q5_K_to_f32(const BlockQ5_K* b, float* y, std::size_t nb);
 void q6_K_to_f32(const BlockQ6_K* b, float* y, std::size_t nb);
+void q2_K_to_f32(const BlockQ2_K* b, float* y, std::size_t nb);
+void q3_K_to_f32(const BlockQ3_K* b, float* y, std::size_t nb);
 // The portable loops those take without AVX2: the same bits (the unit tests compare them).
 void q4_K_to_f32_scalar(const BlockQ4_K* b, float* y, std::size_t nb);
 void q5_K_to_f32_scalar(const BlockQ5_K* b, float* y, std::size_t nb);
 void q6_K_to_f32_scalar(const BlockQ6_K* b, float* y, std::size_t nb);
+void q2_K_to_f32_scalar(const BlockQ2_K* b, float* y, std::size_t nb);
+void q3_K_to_f32_scalar(const BlockQ3_K* b, float* y, std::size_t nb);
 // nb · 256 floats → nb super-blocks. Each sub-block's scale and offset fit its numbers'
-// range (q4_K, q5_K) or its largest magnitude (q6_K), then a few nearby scales are tried
-// and the one with the least squared error is kept.
+// range (q2_K, q4_K, q5_K) or its largest magnitude (q3_K, q6_K), then a few nearby scales
+// are tried, each refitted by least squares to the levels it chose, and the one with the
+// least squared error is kept.
 void quantize_q4_K(const float* x, BlockQ4_K* y, std::size_t nb);
 void quantize_q5_K(const float* x, BlockQ5_K* y, std::size_t nb);
 void quantize_q6_K(const float* x, BlockQ6_K* y, std::size_t nb);
+void quantize_q2_K(const float* x, BlockQ2_K* y, std::size_t nb);
+void quantize_q3_K(const float* x, BlockQ3_K* y, std::size_t nb);
 
 }  // namespace lmp
