@@ -1,4 +1,4 @@
-# The k-quants (q2_K, q3_K, q4_K, q5_K, q6_K) against GGML's own code, called from the libggml-base.so
+# The k-quants (q2_K … q6_K) and iq4_nl and iq4_xs against GGML's own code, called from the libggml-base.so
 # that llama.cpp's prebuilt npm package carries (ctypes; its quantize and dequantize_row
 # functions). For each type, on matrices of several distributions:
 #   1. GGML's blocks, put into a GGUF that lmpipe wrote, read back by lmpipe (embed-inspect
@@ -18,7 +18,9 @@ lib = ctypes.CDLL(libpath)
 lib.ggml_quantize_chunk.restype = ctypes.c_size_t
 lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                     ctypes.c_int64, ctypes.c_void_p]
-TYPES = {"q2_K": (10, 84), "q3_K": (11, 110), "q4_K": (12, 144), "q5_K": (13, 176), "q6_K": (14, 210)}
+# ggml type id, numbers a block, bytes a block
+TYPES = {"q2_K": (10, 256, 84), "q3_K": (11, 256, 110), "q4_K": (12, 256, 144), "q5_K": (13, 256, 176),
+         "q6_K": (14, 256, 210), "iq4_nl": (20, 32, 18), "iq4_xs": (23, 256, 136)}
 
 
 def matrices():
@@ -35,9 +37,9 @@ def matrices():
 
 
 def ggml_quantize(t, x):
-    tid, bsize = TYPES[t]
+    tid, block, bsize = TYPES[t]
     n, h = x.shape
-    out = np.zeros(n * h // 256 * bsize, dtype=np.uint8)
+    out = np.zeros(n * h // block * bsize, dtype=np.uint8)
     x = np.ascontiguousarray(x)
     got = lib.ggml_quantize_chunk(tid, x.ctypes.data, out.ctypes.data, 0, n, h, None)
     assert got == out.size, (got, out.size)
@@ -96,7 +98,7 @@ for t in TYPES:
     raw = open(ours, "rb").read()
     off, nbytes, dtype = tensor_span(ours)
     data_start = len(raw) - nbytes - off  # the tensor is the file's only one, at its end
-    if dtype != t or nbytes != x.size // 256 * TYPES[t][1] or data_start < 0:
+    if dtype != t or nbytes != x.size // TYPES[t][1] * TYPES[t][2] or data_start < 0:
         print(f"FAIL {t}: embed-inspect list says {dtype}, {nbytes} bytes at {off}"); bad = 1; continue
     ours_blocks = np.frombuffer(raw, dtype=np.uint8, count=nbytes, offset=data_start + off)
     # 1. GGML's blocks read by lmpipe

@@ -135,7 +135,7 @@ TEST_CASE("q4_0: signed maximum, nibble order and error bound", "[tensor_io][dty
 
 // The k-quants' layouts, written by hand and read back; their error on random data
 // (the conformance test ggml_kquants checks both against GGML's own code).
-TEST_CASE("q2_K … q6_K: scale packing, number order and error", "[tensor_io][dtype]") {
+TEST_CASE("q2_K … q6_K, iq4_nl, iq4_xs: scale packing, number order and error", "[tensor_io][dtype]") {
   CHECK(parse_dtype("Q4_K") == DType::q4_K);
   CHECK(parse_dtype("q5_k") == DType::q5_K);
   CHECK(dtype_name(DType::q6_K) == "q6_K");
@@ -242,6 +242,24 @@ TEST_CASE("q2_K … q6_K: scale packing, number order and error", "[tensor_io][d
     CHECK(y[128 + 64 + 20] == 13.0f);
     CHECK(y[128 + 64 + 19] == -52.0f);  // level 0 → −4
     CHECK(y[0] == 128.0f);              // scale 0 → −32, level 0 → −4
+    // iq4_nl: q4_0's order of nibbles, the table's values
+    BlockIq4Nl n{};
+    n.d = f32_to_f16(0.5f);
+    n.qs[3] = 0x09;
+    to_f32(DType::iq4_nl, &n, y, 32);
+    CHECK(y[3] == 6.5f);     // T[9] = 13
+    CHECK(y[19] == -63.5f);  // T[0] = −127
+    // iq4_xs: sub-block 5's scale 45 (low nibble in the high half of scales_l[2], high
+    // bits 10-11 of scales_h): 13 × T[q]; the others 0 → −32
+    BlockIq4Xs xs{};
+    xs.d = f32_to_f16(1.0f);
+    xs.scales_l[2] = 13 << 4;
+    xs.scales_h = 2 << 10;
+    xs.qs[16 * 5 + 2] = 0x0F;
+    to_f32(DType::iq4_xs, &xs, y, 256);
+    CHECK(y[160 + 2] == 13.0f * 113);
+    CHECK(y[160 + 18] == 13.0f * -127);
+    CHECK(y[0] == -32.0f * -127);
   }
   // Blocks of random bytes (f16 factors kept finite): the portable loops and the AVX2
   // conversions give the same bits.
@@ -259,7 +277,11 @@ TEST_CASE("q2_K … q6_K: scale packing, number order and error", "[tensor_io][d
     std::vector<BlockQ6_K> b6(64);
     std::vector<BlockQ2_K> b2(64);
     std::vector<BlockQ3_K> b3(64);
-    fill(b4), fill(b5), fill(b6), fill(b2), fill(b3);
+    std::vector<BlockIq4Nl> bn(512);
+    std::vector<BlockIq4Xs> bx(64);
+    fill(b4), fill(b5), fill(b6), fill(b2), fill(b3), fill(bn), fill(bx);
+    for (auto& b : bn) finite(b.d);
+    for (auto& b : bx) finite(b.d);
     for (auto& b : b2) finite(b.d), finite(b.dmin);
     for (auto& b : b3) finite(b.d);
     for (auto& b : b4) finite(b.d), finite(b.dmin);
@@ -285,16 +307,22 @@ TEST_CASE("q2_K … q6_K: scale packing, number order and error", "[tensor_io][d
     to_f32(DType::q3_K, b3.data(), fast.data(), fast.size());
     q3_K_to_f32_scalar(b3.data(), slow.data(), 64);
     same("q3_K");
+    to_f32(DType::iq4_nl, bn.data(), fast.data(), fast.size());
+    iq4_nl_to_f32_scalar(bn.data(), slow.data(), 512);
+    same("iq4_nl");
+    to_f32(DType::iq4_xs, bx.data(), fast.data(), fast.size());
+    iq4_xs_to_f32_scalar(bx.data(), slow.data(), 64);
+    same("iq4_xs");
   }
   // Random data: a k-quant's error is a fraction of each 16 or 32 numbers' range.
-  for (DType t : {DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K}) {
+  for (DType t : {DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs}) {
     auto v = random_floats(256 * 16, 17, 1.5f);
     auto q = encode(t, v);
-    REQUIRE(q.size() == 16 * dtype_info(t).block_bytes);
+    REQUIRE(q.size() == dtype_bytes(t, 256 * 16));
     std::vector<float> back(v.size());
     to_f32(t, q.data(), back.data(), v.size());
-    const int sub = t == DType::q4_K || t == DType::q5_K ? 32 : 16;
-    const float levels = t == DType::q2_K ? 3 : t == DType::q3_K ? 7 : t == DType::q4_K ? 15 : t == DType::q5_K ? 31 : 63;
+    const int sub = t == DType::q4_K || t == DType::q5_K || is_iq4(t) ? 32 : 16;
+    const float levels = t == DType::q2_K ? 3 : t == DType::q3_K ? 7 : t == DType::q4_K || is_iq4(t) ? 15 : t == DType::q5_K ? 31 : 63;
     double err = 0, total = 0;
     for (std::size_t s = 0; s < v.size(); s += static_cast<std::size_t>(sub)) {
       float lo = 0, hi = 0;
@@ -310,7 +338,7 @@ TEST_CASE("q2_K … q6_K: scale packing, number order and error", "[tensor_io][d
     }
     const double rel = std::sqrt(err / total);
     INFO(dtype_name(t) << " relative RMS error " << rel);
-    CHECK(rel < (t == DType::q2_K ? 0.25 : t == DType::q3_K ? 0.14 : t == DType::q4_K ? 0.09 : t == DType::q5_K ? 0.045 : 0.022));
+    CHECK(rel < (is_iq4(t) ? 0.07 : t == DType::q2_K ? 0.25 : t == DType::q3_K ? 0.14 : t == DType::q4_K ? 0.09 : t == DType::q5_K ? 0.045 : 0.022));
   }
 }
 
@@ -546,10 +574,10 @@ TEST_CASE("lying and truncated headers give located errors, never a crash or a h
   f = open_bytes(b);
   REQUIRE_FALSE(f.ok());
   CHECK_THAT(f.error().message, Catch::Contains("tensor 'w'"));
-  // A ggml type lmpipe does not read (iq4_xs), named; a k-quant whose rows (32 numbers)
+  // A ggml type lmpipe does not read (iq2_xxs), named; a k-quant whose rows (32 numbers)
   // are not whole super-blocks of 256.
   const std::size_t type_at = good.find(std::string("\x01\x00\x00\x00\x00\x00\x00\x00w", 9)) + 9 + 4 + 16;
-  for (auto [type, what] : {std::pair{23u, "ggml type 23 (iq4_xs) is not supported"}, std::pair{12u, "rows of 32 elements are not whole 256-element blocks of q4_K"}}) {
+  for (auto [type, what] : {std::pair{16u, "ggml type 16 (iq2_xxs) is not supported"}, std::pair{12u, "rows of 32 elements are not whole 256-element blocks of q4_K"}}) {
     b = good;
     std::memcpy(b.data() + type_at, &type, 4);
     f = open_bytes(b);

@@ -13,7 +13,8 @@
 // and q3_K (each group of 32 unpacked into a block of its signed values q − 32 or q − 4,
 // whose two halves of 16 keep their own scales: each half's sums are scaled on their
 // own; q2_K's blocks of levels 0..3 have two offsets too, taken off through each token
-// half block's sum). The activations are quantized as q8_0 quantizes (a scale per
+// half block's sum), and iq4_nl and iq4_xs (each block of 32 unpacked into its table
+// values, under its own scale). The activations are quantized as q8_0 quantizes (a scale per
 // token and 32 columns) but stored as unsigned bytes, x_q + 128, in VNNI order: per group
 // of 16 tokens, 4 columns of all 16 tokens side by side (64 bytes). vpdpbusd then
 // multiplies 4 columns of 16 tokens by 4 weight bytes broadcast from the row: 64 products
@@ -296,6 +297,26 @@ __attribute__((target("avx2,f16c"))) void unpack_k16(const Block* w, std::size_t
   }
 }
 
+// iq4_nl blocks as q8_0 blocks of their table values (the scale kept); iq4_xs super-blocks
+// as 8 q8_0 blocks with the sub-blocks' scales d·(ls − 32) in dw (the blocks' own scale is
+// not used).
+__attribute__((target("avx2,f16c"))) void unpack_iq4_nl(const BlockIq4Nl* in, std::size_t nb, BlockQ8_0* out) {
+  for (std::size_t b = 0; b < nb; ++b) {
+    out[b].d = in[b].d;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), iq4_values_avx2(in[b].qs));
+  }
+}
+__attribute__((target("avx2,f16c"))) void unpack_iq4_xs(const BlockIq4Xs* in, std::size_t nsb, BlockQ8_0* out, float* dw) {
+  for (std::size_t s = 0; s < nsb; ++s, out += 8, dw += 8) {
+    const float d = _cvtsh_ss(in[s].d);
+    for (int j = 0; j < 8; ++j) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[j].qs), iq4_values_avx2(in[s].qs + 16 * j));
+      out[j].d = 0;
+      dw[j] = d * static_cast<float>(iq4_xs_scale(in[s], j) - 32);
+    }
+  }
+}
+
 }  // namespace
 
 void pack_keys(float* Kt, const float* K, std::size_t c, std::size_t hd) {
@@ -318,7 +339,9 @@ void attn_values_f32(float* O, std::size_t ldo, std::size_t w, const float* P, s
 
 bool gemm_f32_available() { return cpu::avx512(); }
 bool gemm_q8_available() { return cpu::avx512_vnni(); }
-bool gemm_q8_takes(DType t) { return gemm_q8_available() && (t == DType::q8_0 || t == DType::q4_0 || is_k_quant(t)); }
+bool gemm_q8_takes(DType t) {
+  return gemm_q8_available() && (t == DType::q8_0 || t == DType::q4_0 || is_k_quant(t) || is_iq4(t));
+}
 
 void gemm_f32(float* out, std::size_t ld, const Weight& w, const float* x, std::int64_t n, std::int64_t lo,
               std::int64_t hi, GemmScratch& s) {
@@ -408,12 +431,13 @@ void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& 
              GemmScratch& s) {
   const std::size_t nb = static_cast<std::size_t>(w.cols) / 32;
   const bool q4 = w.dtype == DType::q4_0, kq = w.dtype == DType::q4_K || w.dtype == DType::q5_K,
-             q6 = w.dtype == DType::q6_K || w.dtype == DType::q3_K, q2 = w.dtype == DType::q2_K;
+             q6 = w.dtype == DType::q6_K || w.dtype == DType::q3_K, q2 = w.dtype == DType::q2_K,
+             iq = is_iq4(w.dtype);
   const RowKind kind = kq ? RowKind::offsets : q6 ? RowKind::halves : q2 ? RowKind::offset_halves : RowKind::plain;
   const std::size_t sub = q6 || q2 ? 2 : 1;  // scales a block
   s.corr.resize(4 * nb * sub);
   s.dw.resize(4 * nb * sub);
-  if (q4 || kq || q6 || q2) s.unpacked.resize(4 * nb);
+  if (q4 || kq || q6 || q2 || iq) s.unpacked.resize(4 * nb);
   if (kq || q2) s.offs.resize(4 * nb * sub);
   // Groups of tokens per pass over the rows: their activations (cols · 16 bytes a group)
   // stay in L2 while the rows stream by.
@@ -429,13 +453,17 @@ void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& 
         float* dw = s.dw.data() + static_cast<std::size_t>(r) * nb * sub;
         std::int32_t* corr = s.corr.data() + static_cast<std::size_t>(r) * nb * sub;
         if (q4) unpack_q4(reinterpret_cast<const BlockQ4_0*>(row), nb, u);
-        rows[r] = q4 || kq || q6 || q2 ? u : reinterpret_cast<const BlockQ8_0*>(row);
+        if (w.dtype == DType::iq4_nl) unpack_iq4_nl(reinterpret_cast<const BlockIq4Nl*>(row), nb, u);
+        rows[r] = q4 || kq || q6 || q2 || iq ? u : reinterpret_cast<const BlockQ8_0*>(row);
         float* offs = s.offs.data() + static_cast<std::size_t>(r) * nb * sub;
         if (q6 || q2) {
           if (w.dtype == DType::q3_K) unpack_k16(reinterpret_cast<const BlockQ3_K*>(row), nb / 8, u, dw, offs);
           else if (q2) unpack_k16(reinterpret_cast<const BlockQ2_K*>(row), nb / 8, u, dw, offs);
           else unpack_k16(reinterpret_cast<const BlockQ6_K*>(row), nb / 8, u, dw, offs);
           row_sums<true>(u, nb, corr, nullptr);
+        } else if (w.dtype == DType::iq4_xs) {
+          unpack_iq4_xs(reinterpret_cast<const BlockIq4Xs*>(row), nb / 8, u, dw);
+          row_sums(u, nb, corr, nullptr);
         } else if (kq) {
           if (w.dtype == DType::q5_K) unpack_k<true>(row, nb / 8, u, dw, offs);
           else unpack_k<false>(row, nb / 8, u, dw, offs);

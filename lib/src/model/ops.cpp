@@ -499,6 +499,21 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) void dots_
   constexpr bool Paired = true;
   LMP_DOTS_INT8(madd_u8_vnni, LMP_Q8_UNSIGNED, 4)
 }
+// An iq4_nl row with VNNI: q4_0's loop, each block's nibbles looked up in the table plus
+// 128 (one byte shuffle), the sums started from −128 · Σ x (TokenBlocks::bias = bias_q8).
+#define LMP_IQ4NL_UNSIGNED(k) _mm256_shuffle_epi8(table, LMP_Q4_UNSIGNED(k))
+__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_iq4_nl_vnni(const BlockIq4Nl* w,
+                                                                                           TokenBlocks x, std::int64_t nb,
+                                                                                           std::ptrdiff_t pd) {
+  constexpr int T = 1;
+  constexpr bool Paired = false;
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4LevelsU)));
+  float out[1];
+  LMP_DOTS_INT8(madd_u8_vnni, LMP_IQ4NL_UNSIGNED, 2)
+  return out[0];
+}
+#undef LMP_IQ4NL_UNSIGNED
+
 // The q4_0 decode step in 512-bit registers (VNNI and VBMI, on CPUs that do not split them
 // in halves: Zen 5, Intel), two blocks a step, four a loop into two accumulators. One 64-byte
 // load holds blocks k and k + 1 (36 bytes); a byte permute lays each block's 16 bytes out
@@ -588,6 +603,88 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,
 #undef LMP_INT8_BLOCK
 #undef LMP_Q4_UNSIGNED
 #undef LMP_Q8_UNSIGNED
+
+// ---- iq4_nl and iq4_xs rows against a quantized activation ------------------------------
+// Each block of 32 looked up in the table by one byte shuffle. With VNNI the table is
+// taken plus 128, unsigned, and each multiply-add starts from the activation's
+// −128 · Σ x of each 4 (QuantizedVec::bias_q8), as q8_0's rows do; with AVX2 alone, whose
+// byte multiply-add sums pairs in 16 bits, where 241 · 127 · 2 overflows, the signed
+// values meet x with the sign moved onto x (dot32_avx2). Then times d (iq4_xs:
+// d · (ls − 32), a super-block's 8 factors made at once from its scale bits) and the
+// activation block's scale. nb: blocks of 32.
+__attribute__((target("avx2"))) inline __m256i iq4_nibbles(const std::uint8_t* qs) {
+  const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi64(bytes, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+}
+__attribute__((target("avx2"))) inline __m256i iq4_dot_avx2(__m256i table, const std::uint8_t* qs, __m256i x,
+                                                           const std::int32_t*) {
+  return dot32_avx2(_mm256_shuffle_epi8(table, iq4_nibbles(qs)), x);
+}
+__attribute__((target("avx2,avx512vnni,avx512vl"))) inline __m256i iq4_dot_vnni(__m256i table, const std::uint8_t* qs,
+                                                                               __m256i x, const std::int32_t* bias) {
+  return _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias)),
+                             _mm256_shuffle_epi8(table, iq4_nibbles(qs)), x);
+}
+#define LMP_IQ4_X(k) _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + (k) * 32))
+#define LMP_DOT_IQ4(DOT, LEVELS)                                                            \
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(LEVELS))); \
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;                                           \
+  if constexpr (std::is_same_v<Block, BlockIq4Nl>) {                                        \
+    const auto* w = reinterpret_cast<const BlockIq4Nl*>(row);                              \
+    std::int64_t b = 0;                                                                     \
+    for (; b + 2 <= nb; b += 2) {                                                           \
+      prefetch_ahead(w + b, pd, 1); /* 36 bytes a step */                                   \
+      const __m256i p0 = DOT(table, w[b].qs, LMP_IQ4_X(b), bias + 8 * b);                          \
+      const __m256i p1 = DOT(table, w[b + 1].qs, LMP_IQ4_X(b + 1), bias + 8 * b + 8);              \
+      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(_cvtsh_ss(w[b].d) * xd[b]), acc0); \
+      acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(_cvtsh_ss(w[b + 1].d) * xd[b + 1]), acc1); \
+    }                                                                                       \
+    if (b < nb)                                                                             \
+      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(table, w[b].qs, LMP_IQ4_X(b), bias + 8 * b)),  \
+                             _mm256_set1_ps(_cvtsh_ss(w[b].d) * xd[b]), acc0);              \
+  } else {                                                                                  \
+    const auto* w = reinterpret_cast<const BlockIq4Xs*>(row);                              \
+    const __m256i nib_shift = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);               \
+    const __m256i pair_shift = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);                \
+    for (std::int64_t s = 0; s < nb / 8; ++s) {                                             \
+      prefetch_ahead(w + s, pd, 3); /* 136 bytes */                                         \
+      /* ls_j: nibble j of scales_l's 32 bits, bits 2j and 2j + 1 of scales_h above them */ \
+      std::uint32_t lo4;                                                                    \
+      __builtin_memcpy(&lo4, w[s].scales_l, 4);                                             \
+      const __m256i ls = _mm256_or_si256(                                                   \
+          _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(lo4)), nib_shift), _mm256_set1_epi32(15)), \
+          _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w[s].scales_h), pair_shift), \
+                                             _mm256_set1_epi32(3)), 4));                    \
+      const __m256 f = _mm256_mul_ps(                                                       \
+          _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w[s].d)), _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)))), \
+          _mm256_loadu_ps(xd + 8 * s));                                                     \
+      for (int j = 0; j < 8; ++j) {                                                         \
+        const std::int64_t k = 8 * s + j;                                                   \
+        const __m256i p = DOT(table, w[s].qs + 16 * j, LMP_IQ4_X(k), bias + 8 * k);                \
+        const __m256 fj = _mm256_permutevar8x32_ps(f, _mm256_set1_epi32(j));               \
+        if (j & 1) acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), fj, acc1);                 \
+        else acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), fj, acc0);                       \
+      }                                                                                     \
+    }                                                                                       \
+  }                                                                                         \
+  return hsum(_mm256_add_ps(acc0, acc1));
+
+// bias: QuantizedVec::bias_q8 (used with VNNI).
+template <typename Block>
+__attribute__((target("avx2,fma,f16c"))) float dot_iq4_avx2(const std::byte* row, const std::int8_t* xq, const float* xd,
+                                                          const std::int32_t* bias, std::int64_t nb, std::ptrdiff_t pd) {
+  LMP_DOT_IQ4(iq4_dot_avx2, kIq4Levels)
+}
+template <typename Block>
+__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_iq4_vnni(const std::byte* row,
+                                                                                        const std::int8_t* xq,
+                                                                                        const float* xd,
+                                                                                        const std::int32_t* bias,
+                                                                                        std::int64_t nb, std::ptrdiff_t pd) {
+  LMP_DOT_IQ4(iq4_dot_vnni, kIq4LevelsU)
+}
+#undef LMP_DOT_IQ4
+#undef LMP_IQ4_X
 
 // ---- k-quant rows (q2_K … q6_K) against a quantized activation ---------------------
 // Each sub-block of 32 numbers meets one of the activation's 32-number blocks: the int8
@@ -718,14 +815,14 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_
 }
 #undef LMP_DOT_K16
 
-// Without AVX2: each super-block converted to f32 and multiplied with x as it is.
+// Without AVX2: each (super-)block converted to f32 and multiplied with x as it is.
 float dot_k_scalar(DType t, const std::byte* row, const float* x, std::int64_t n) {
   float buf[kQK_K];
-  const std::size_t bytes = dtype_info(t).block_bytes;
+  const DTypeInfo& di = dtype_info(t);
   float s = 0;
-  for (std::int64_t k = 0; k < n; k += static_cast<std::int64_t>(kQK_K), row += bytes) {
-    to_f32(t, row, buf, kQK_K);
-    for (std::size_t i = 0; i < kQK_K; ++i) s += buf[i] * x[k + static_cast<std::int64_t>(i)];
+  for (std::int64_t k = 0; k < n; k += static_cast<std::int64_t>(di.block), row += di.block_bytes) {
+    to_f32(t, row, buf, di.block);
+    for (std::size_t i = 0; i < di.block; ++i) s += buf[i] * x[k + static_cast<std::int64_t>(i)];
   }
   return s;
 }
@@ -923,6 +1020,19 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
           s = vnni ? dot_k16_vnni<BlockQ2_K>(row, q, xd, b, xs16, nsb, pd) : dot_k16_avx2<BlockQ2_K>(row, q, xd, b, xs16, nsb, pd);
         break;
       }
+      case DType::iq4_nl:
+      case DType::iq4_xs: {
+        const std::int8_t* q = xq->q.data();
+        const float* xd = xq->d.data();
+        const std::int32_t* b = xq->bias_q8.data();
+        if (!avx2) s = dot_k_scalar(w.dtype, row, x, n);
+        else if (w.dtype == DType::iq4_nl)
+          s = vnni ? dot_iq4_nl_vnni(reinterpret_cast<const BlockIq4Nl*>(row), TokenBlocks{q, b, xd}, n / 32, pd)
+                   : dot_iq4_avx2<BlockIq4Nl>(row, q, xd, b, n / 32, pd);
+        else
+          s = vnni ? dot_iq4_vnni<BlockIq4Xs>(row, q, xd, b, n / 32, pd) : dot_iq4_avx2<BlockIq4Xs>(row, q, xd, b, n / 32, pd);
+        break;
+      }
       default:
         s = 0;  // other dtypes are refused when the model is loaded
     }
@@ -1006,9 +1116,10 @@ bool matmul_few_available(DType t, std::int64_t n) {
   // up to 7; q8_0 rows without VNNI, the decode step's products token after token, up to 4.
   if (t == DType::q4_0) return n <= (use_vnni() ? 8 : cpu::avx2() ? 7 : 4);
   if (t == DType::q8_0) return n <= (use_vnni() ? 8 : 4);
-  if (is_k_quant(t) && gemm_q8_takes(t)) return n <= kFewKQuantInt8;
+  // (iq4_nl and iq4_xs as the k-quants; not measured on their own)
+  if ((is_k_quant(t) || is_iq4(t)) && gemm_q8_takes(t)) return n <= kFewKQuantInt8;
   if (t == DType::q6_K) return n <= kFewQ6K;
-  if (is_k_quant(t)) return n <= kFewKQuant;
+  if (is_k_quant(t) || is_iq4(t)) return n <= kFewKQuant;
   return n <= 16 && cpu::avx2() && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
 }
 

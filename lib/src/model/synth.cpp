@@ -57,6 +57,8 @@ std::uint32_t file_type(DType d) {  // llama.cpp's LLAMA_FTYPE_ALL_F32, MOSTLY_F
     case DType::q4_K: return 14;  // MOSTLY_Q4_K_S: q4_K throughout
     case DType::q5_K: return 16;  // MOSTLY_Q5_K_S
     case DType::q6_K: return 18;  // MOSTLY_Q6_K
+    case DType::iq4_nl: return 25;  // MOSTLY_IQ4_NL
+    case DType::iq4_xs: return 30;  // MOSTLY_IQ4_XS
     case DType::bf16: return 32;
     default: return 0;
   }

@@ -22,6 +22,7 @@ const DTypeInfo kInfo[] = {
     {"q4_0", 32, 18, true}, {"i32", 1, 4, false}, {"i8", 1, 1, false},  {"u8", 1, 1, false},
     {"i16", 1, 2, false},   {"i64", 1, 8, false}, {"f64", 1, 8, false}, {"q4_K", 256, 144, true},
     {"q5_K", 256, 176, true}, {"q6_K", 256, 210, true}, {"q2_K", 256, 84, true},  {"q3_K", 256, 110, true},
+    {"iq4_nl", 32, 18, true}, {"iq4_xs", 256, 136, true},
 };
 
 std::uint32_t bits_of(float f) {
@@ -120,7 +121,7 @@ std::optional<DType> parse_dtype(std::string_view name) {
 }
 
 const std::vector<std::string>& weight_dtype_names() {
-  static const std::vector<std::string> names{"f32", "f16", "bf16", "q8_0", "q4_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"};
+  static const std::vector<std::string> names{"f32", "f16", "bf16", "q8_0", "q4_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"};
   return names;
 }
 const std::string& weight_dtype_list() {
@@ -216,6 +217,8 @@ void to_f32(DType t, const void* src, float* dst, std::size_t n) {
     case DType::q6_K: return q6_K_to_f32(static_cast<const BlockQ6_K*>(src), dst, n / kQK_K);
     case DType::q2_K: return q2_K_to_f32(static_cast<const BlockQ2_K*>(src), dst, n / kQK_K);
     case DType::q3_K: return q3_K_to_f32(static_cast<const BlockQ3_K*>(src), dst, n / kQK_K);
+    case DType::iq4_nl: return iq4_nl_to_f32(static_cast<const BlockIq4Nl*>(src), dst, n / 32);
+    case DType::iq4_xs: return iq4_xs_to_f32(static_cast<const BlockIq4Xs*>(src), dst, n / kQK_K);
     case DType::i32: {
       const auto* s = static_cast<const std::int32_t*>(src);
       for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
@@ -274,6 +277,8 @@ void from_f32(DType t, const float* src, void* dst, std::size_t n) {
     case DType::q6_K: return quantize_q6_K(src, static_cast<BlockQ6_K*>(dst), n / kQK_K);
     case DType::q2_K: return quantize_q2_K(src, static_cast<BlockQ2_K*>(dst), n / kQK_K);
     case DType::q3_K: return quantize_q3_K(src, static_cast<BlockQ3_K*>(dst), n / kQK_K);
+    case DType::iq4_nl: return quantize_iq4_nl(src, static_cast<BlockIq4Nl*>(dst), n / 32);
+    case DType::iq4_xs: return quantize_iq4_xs(src, static_cast<BlockIq4Xs*>(dst), n / kQK_K);
     case DType::i32:
     case DType::i8:
     case DType::u8:

@@ -79,7 +79,8 @@ struct GemmScratch {
 };
 bool gemm_f32_available();  // AVX-512F
 bool gemm_q8_available();   // AVX-512 VNNI
-// gemm_q8 is available and takes weights of type t: q8_0, q4_0 and the k-quants.
+// gemm_q8 is available and takes weights of type t: q8_0, q4_0, the k-quants, iq4_nl and
+// iq4_xs.
 bool gemm_q8_takes(DType t);
 // out (n, hi - lo) = X (n, cols) · W[lo:hi]ᵀ for f32, f16 and bf16 weights, out's rows `ld`
 // floats apart: 32 rows packed as f32 at a time, multiplied with 8 tokens in registers.
@@ -89,7 +90,7 @@ void gemm_f32(float* out, std::size_t ld, const Weight& w, const float* x, std::
 // of X (n, cols) into it (threads may take disjoint ranges).
 void prepare_batch(QuantizedBatch& xq, std::int64_t n, std::int64_t cols);
 void quantize_batch(QuantizedBatch& xq, const float* x, std::int64_t cols, std::int64_t t_lo, std::int64_t t_hi);
-// out (n, hi - lo) = X · W[lo:hi]ᵀ for q8_0, q4_0 and k-quant weights, X given
+// out (n, hi - lo) = X · W[lo:hi]ᵀ for q8_0, q4_0, k-quant and iq4 weights, X given
 // quantized: int8 products (vpdpbusd), 4 rows × 32 tokens at a time.
 void gemm_q8(float* out, std::size_t ld, const Weight& w, const QuantizedBatch& xq, std::int64_t lo, std::int64_t hi,
              GemmScratch& s);

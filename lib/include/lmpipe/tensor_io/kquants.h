@@ -26,6 +26,14 @@
 //         Scale j's low 4 bits are s[j] & 15 for j < 8 and s[j − 8] >> 4 for j ≥ 8, its
 //         high 2 bits (s[8 + j % 4] >> 2·(j / 4)) & 3.
 // Rows must hold a multiple of 256 numbers (tensor_bytes refuses others).
+//
+// And its non-linear 4-bit types (llama.cpp's IQ4_NL and IQ4_XS), whose 16 levels are the
+// values of a fixed table (kIq4Levels, from −127 to 113) times a scale:
+//   iq4_nl, 18 bytes: d (f16), 16 bytes of nibbles as q4_0's (byte j: number j low, j + 16
+//         high); blocks of 32, x = d·T[q].
+//   iq4_xs, 136 bytes: d (f16), scales_h (u16), scales_l (4 bytes), qs (128 bytes); 8
+//         sub-blocks of 32, x = d·(ls_j − 32)·T[q], ls_j = (scales_l[j / 2] >> 4·(j % 2)) & 15
+//         | ((scales_h >> 2j) & 3) << 4; sub-block j's nibbles at qs + 16j, as iq4_nl's.
 #pragma once
 
 #include <immintrin.h>
@@ -66,6 +74,26 @@ struct BlockQ3_K {
   std::uint8_t scales[12];
   std::uint16_t d;
 };
+struct BlockIq4Nl {
+  std::uint16_t d;
+  std::uint8_t qs[16];
+};
+struct BlockIq4Xs {
+  std::uint16_t d;
+  std::uint16_t scales_h;
+  std::uint8_t scales_l[4];
+  std::uint8_t qs[128];
+};
+static_assert(sizeof(BlockIq4Nl) == 18 && sizeof(BlockIq4Xs) == 136, "GGML iq4 layouts");
+alignas(16) inline constexpr std::int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                           1,    13,   25,  38,  53,  69,  89,  113};
+// The same plus 128, unsigned: the int8 multiply-add's unsigned operand.
+alignas(16) inline constexpr std::uint8_t kIq4LevelsU[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+// The 6-bit scale ls_j (0..63; the factor is ls_j − 32) of sub-block j of an iq4_xs block.
+inline int iq4_xs_scale(const BlockIq4Xs& b, int j) {
+  return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((b.scales_h >> (2 * j)) & 3) << 4;
+}
+
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 &&
                   sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110,
               "GGML k-quant layouts");
@@ -165,6 +193,16 @@ __attribute__((target("avx2"))) inline void q23_levels_avx2(const Block& b, int 
   }
 }
 
+// The 32 numbers of an iq4 block of 16 nibble bytes (q4_0's order) as the table's signed
+// values, one byte a number.
+__attribute__((target("avx2"))) inline __m256i iq4_values_avx2(const std::uint8_t* qs) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Levels));
+  const __m256i table = _mm256_broadcastsi128_si256(t);
+  const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  const __m256i nib = _mm256_and_si256(_mm256_srlv_epi64(bytes, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+  return _mm256_shuffle_epi8(table, nib);
+}
+
 // nb super-blocks → nb · 256 floats.
 void q4_K_to_f32(const BlockQ4_K* b, float* y, std::size_t nb);
 void q5_K_to_f32(const BlockQ5_K* b, float* y, std::size_t nb);
@@ -177,6 +215,11 @@ void q5_K_to_f32_scalar(const BlockQ5_K* b, float* y, std::size_t nb);
 void q6_K_to_f32_scalar(const BlockQ6_K* b, float* y, std::size_t nb);
 void q2_K_to_f32_scalar(const BlockQ2_K* b, float* y, std::size_t nb);
 void q3_K_to_f32_scalar(const BlockQ3_K* b, float* y, std::size_t nb);
+// iq4_nl: nb blocks of 32; iq4_xs: nb super-blocks of 256.
+void iq4_nl_to_f32(const BlockIq4Nl* b, float* y, std::size_t nb);
+void iq4_xs_to_f32(const BlockIq4Xs* b, float* y, std::size_t nb);
+void iq4_nl_to_f32_scalar(const BlockIq4Nl* b, float* y, std::size_t nb);
+void iq4_xs_to_f32_scalar(const BlockIq4Xs* b, float* y, std::size_t nb);
 // nb · 256 floats → nb super-blocks. Each sub-block's scale and offset fit its numbers'
 // range (q2_K, q4_K, q5_K) or its largest magnitude (q3_K, q6_K), then a few nearby scales
 // are tried, each refitted by least squares to the levels it chose, and the one with the
@@ -186,5 +229,11 @@ void quantize_q5_K(const float* x, BlockQ5_K* y, std::size_t nb);
 void quantize_q6_K(const float* x, BlockQ6_K* y, std::size_t nb);
 void quantize_q2_K(const float* x, BlockQ2_K* y, std::size_t nb);
 void quantize_q3_K(const float* x, BlockQ3_K* y, std::size_t nb);
+// Each block's (iq4_nl) or sub-block's (iq4_xs) scale: the one mapping the number of
+// largest magnitude to either end of the table, and nearby ones, each refitted by least
+// squares to the levels it chose; least squared error. iq4_xs's 8 scales then as 6-bit
+// integers under d.
+void quantize_iq4_nl(const float* x, BlockIq4Nl* y, std::size_t nb);
+void quantize_iq4_xs(const float* x, BlockIq4Xs* y, std::size_t nb);
 
 }  // namespace lmp
