@@ -1,4 +1,4 @@
-# The k-quants (q2_K … q6_K) and iq4_nl and iq4_xs against GGML's own code, called from the libggml-base.so
+# q4_1, q5_0, q5_1, the k-quants (q2_K … q6_K), iq4_nl and iq4_xs against GGML's own code, called from the libggml-base.so
 # that llama.cpp's prebuilt npm package carries (ctypes; its quantize and dequantize_row
 # functions). For each type, on matrices of several distributions:
 #   1. GGML's blocks, put into a GGUF that lmpipe wrote, read back by lmpipe (embed-inspect
@@ -19,7 +19,7 @@ lib.ggml_quantize_chunk.restype = ctypes.c_size_t
 lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                     ctypes.c_int64, ctypes.c_void_p]
 # ggml type id, numbers a block, bytes a block
-TYPES = {"q2_K": (10, 256, 84), "q3_K": (11, 256, 110), "q4_K": (12, 256, 144), "q5_K": (13, 256, 176),
+TYPES = {"q4_1": (3, 32, 20), "q5_0": (6, 32, 22), "q5_1": (7, 32, 24), "q2_K": (10, 256, 84), "q3_K": (11, 256, 110), "q4_K": (12, 256, 144), "q5_K": (13, 256, 176),
          "q6_K": (14, 256, 210), "iq4_nl": (20, 32, 18), "iq4_xs": (23, 256, 136)}
 
 
@@ -108,6 +108,12 @@ for t in TYPES:
         f.write(raw[:data_start + off] + theirs_blocks.tobytes() + raw[data_start + off + nbytes:])
     same_bits(f"{t}: GGML's blocks read by lmpipe, against dequantize_row_{t}", lmpipe_rows(theirs, x.shape[0]),
               ggml_dequantize(t, theirs_blocks, x.shape))
+    # q4_1, q5_0 and q5_1 quantize as GGML's reference does: the same bytes
+    if t in ("q4_1", "q5_0", "q5_1"):
+        if np.array_equal(ours_blocks, theirs_blocks):
+            print(f"ok   {t}: lmpipe's blocks equal GGML's, byte for byte")
+        else:
+            print(f"FAIL {t}: {int(np.sum(ours_blocks != theirs_blocks))} bytes differ from GGML's blocks"); bad = 1
     # 2. lmpipe's blocks read by GGML
     got = lmpipe_rows(ours, x.shape[0])
     same_bits(f"{t}: lmpipe's blocks read by GGML", got, ggml_dequantize(t, ours_blocks, x.shape))

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The k-quants (q2_K … q6_K) and iq4_nl, iq4_xs against GGML's own quantize and dequantize code: the
+# q4_1, q5_0, q5_1, the k-quants (q2_K … q6_K), iq4_nl and iq4_xs against GGML's own quantize and dequantize code: the
 # libggml-base.so of llama.cpp's prebuilt npm package (@node-llama-cpp/linux-x64, which
 # scripts/test installs), called from Python (ggml_kquants.py says what is checked).
 # Needs no shared data.

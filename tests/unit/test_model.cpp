@@ -102,7 +102,7 @@ TEST_CASE("matvec and matmul agree with the dequantized weights", "[model][ops]"
   // 768 (three k-quant super-blocks).
   // With AVX-512 run whole, f32 rows up to 1024 go one at a time, longer ones 4 at a time.
   for (const int cols : {96, 288, 109, 4123, 768}) {
-    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs}) {
       if (static_cast<std::size_t>(cols) % dtype_info(t).block != 0) continue;
       INFO(dtype_name(t) << ", " << cols << " columns");
       const int rows = 12, n = 7;
@@ -189,7 +189,7 @@ TEST_CASE("the AVX-512 GEMMs agree with the reference products, at every edge of
     for (auto& v : W) v = static_cast<float>(r.uniform() * 2 - 1);
     for (auto& v : X) v = static_cast<float>(r.uniform() * 2 - 1);
     X[3] = 0;  // a zero block scale must not divide by zero
-    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs}) {
       if (static_cast<std::size_t>(cols) % dtype_info(t).block != 0) continue;
       const std::size_t rb = dtype_bytes(t, cols);
       std::vector<std::byte> q(rb * static_cast<std::size_t>(rows));
@@ -253,7 +253,7 @@ TEST_CASE("a few tokens at once: each row read once for all of them, the same bi
   // q8_0 and q4_0 rows (whole blocks of 32 only) and k-quant rows (2048 columns) give the
   // decode step's sums exactly, with VNNI's int8 products and with AVX2's.
   for (auto [rows, cols] : {std::pair{13, 96}, std::pair{13, 109}, std::pair{70, 2048}, std::pair{7, 4123}}) {
-    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs}) {
       const bool int8 = is_quantized(t);
       if (static_cast<std::size_t>(cols) % dtype_info(t).block != 0) continue;
       std::vector<float> W(static_cast<std::size_t>(rows * cols));
@@ -427,13 +427,13 @@ TEST_CASE("q8_0 and f16 weights stay close to f32 on the same random model", "[m
 // k-quant weights (n_embd and n_ff multiples of 256): the steps, the batch of a prompt
 // (a GEMM past the few-token products' limit, those below it) and the same weights
 // converted to f32 all agree to the activations' int8 rounding.
-TEST_CASE("k-quant and iq4 models: steps, batches and their f32 conversion agree", "[model]") {
+TEST_CASE("k-quant, iq4, q4_1 and q5 models: steps, batches and their f32 conversion agree", "[model]") {
   Config c = tiny_config();
   c.n_embd = 256, c.n_ff = 512, c.n_head = 4, c.n_kv_head = 2;
   ThreadPool pool(2);
   kv::KvConfig kc{c.n_layer, 48, c.kv_dim()};
   const auto V = static_cast<std::size_t>(c.n_vocab);
-  for (DType t : {DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs}) {
+  for (DType t : {DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs}) {
     INFO(dtype_name(t));
     const std::string pq = temp_path("kq.gguf"), pf = temp_path("kq_f32.gguf");
     REQUIRE(write_random_gguf(pq, c, t, 21).ok());
@@ -725,9 +725,9 @@ TEST_CASE("q8_0 and q4_0 matvec equal their integer sums at every row length, wi
 // of q4_K and q5_K through the activation blocks' sums. Against the dequantized row times
 // the quantized activation in double, at 1 to 9 super-blocks, activations at the int8
 // extremes and rows of one sign (offsets at their largest), on every int8 path.
-TEST_CASE("k-quant and iq4 matvec equal the dequantized rows times the quantized activation", "[model][ops]") {
+TEST_CASE("k-quant, iq4, q4_1 and q5 matvec equal the dequantized rows times the quantized activation", "[model][ops]") {
   Rng r(37);
-  for (DType t : {DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs})
+  for (DType t : {DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs})
     for (const int nsb : {1, 2, 3, 9}) {
       const int cols = 256 * nsb, rows = 4;
       std::vector<float> W(static_cast<std::size_t>(rows * cols)), x(static_cast<std::size_t>(cols));

@@ -135,7 +135,7 @@ TEST_CASE("q4_0: signed maximum, nibble order and error bound", "[tensor_io][dty
 
 // The k-quants' layouts, written by hand and read back; their error on random data
 // (the conformance test ggml_kquants checks both against GGML's own code).
-TEST_CASE("q2_K … q6_K, iq4_nl, iq4_xs: scale packing, number order and error", "[tensor_io][dtype]") {
+TEST_CASE("q4_1, q5_0, q5_1, q2_K … q6_K, iq4_nl, iq4_xs: scale packing, number order and error", "[tensor_io][dtype]") {
   CHECK(parse_dtype("Q4_K") == DType::q4_K);
   CHECK(parse_dtype("q5_k") == DType::q5_K);
   CHECK(dtype_name(DType::q6_K) == "q6_K");
@@ -260,6 +260,31 @@ TEST_CASE("q2_K … q6_K, iq4_nl, iq4_xs: scale packing, number order and error"
     CHECK(y[160 + 2] == 13.0f * 113);
     CHECK(y[160 + 18] == 13.0f * -127);
     CHECK(y[0] == -32.0f * -127);
+    // q4_1: q · d + m; q5_0: (q − 16) · d and q5_1: q · d + m, the fifth bit of number j
+    // in bit j of qh
+    BlockQ4_1 a1{};
+    a1.d = f32_to_f16(2.0f), a1.m = f32_to_f16(0.5f);
+    a1.qs[3] = 0x05 | 0x0A << 4;
+    to_f32(DType::q4_1, &a1, y, 32);
+    CHECK(y[3] == 10.5f);
+    CHECK(y[19] == 20.5f);
+    BlockQ5_0 a5{};
+    a5.d = f32_to_f16(1.0f);
+    const std::uint32_t qh = 1u << 3 | 1u << 20;
+    std::memcpy(a5.qh, &qh, 4);
+    a5.qs[3] = 0x05, a5.qs[4] = 0x70;
+    to_f32(DType::q5_0, &a5, y, 32);
+    CHECK(y[3] == 5.0f);
+    CHECK(y[20] == 7.0f);
+    CHECK(y[4] == -16.0f);
+    BlockQ5_1 b5{};
+    b5.d = f32_to_f16(1.0f), b5.m = f32_to_f16(-1.0f);
+    const std::uint32_t top = 1u << 31;
+    std::memcpy(b5.qh, &top, 4);
+    b5.qs[15] = 0x30;
+    to_f32(DType::q5_1, &b5, y, 32);
+    CHECK(y[31] == 18.0f);
+    CHECK(y[15] == -1.0f);
   }
   // Blocks of random bytes (f16 factors kept finite): the portable loops and the AVX2
   // conversions give the same bits.
@@ -315,14 +340,19 @@ TEST_CASE("q2_K … q6_K, iq4_nl, iq4_xs: scale packing, number order and error"
     same("iq4_xs");
   }
   // Random data: a k-quant's error is a fraction of each 16 or 32 numbers' range.
-  for (DType t : {DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K, DType::iq4_nl, DType::iq4_xs}) {
+  for (DType t : {DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_K, DType::q3_K, DType::q4_K, DType::q5_K, DType::q6_K,
+                  DType::iq4_nl, DType::iq4_xs}) {
     auto v = random_floats(256 * 16, 17, 1.5f);
     auto q = encode(t, v);
     REQUIRE(q.size() == dtype_bytes(t, 256 * 16));
     std::vector<float> back(v.size());
     to_f32(t, q.data(), back.data(), v.size());
-    const int sub = t == DType::q4_K || t == DType::q5_K || is_iq4(t) ? 32 : 16;
-    const float levels = t == DType::q2_K ? 3 : t == DType::q3_K ? 7 : t == DType::q4_K || is_iq4(t) ? 15 : t == DType::q5_K ? 31 : 63;
+    const int sub = t == DType::q4_K || t == DType::q5_K || is_iq4(t) || is_q45_legacy(t) ? 32 : 16;
+    const float levels = t == DType::q2_K   ? 3
+                         : t == DType::q3_K ? 7
+                         : t == DType::q4_K || t == DType::q4_1 || is_iq4(t) ? 15
+                         : t == DType::q5_K || t == DType::q5_0 || t == DType::q5_1 ? 31
+                                                                                     : 63;
     double err = 0, total = 0;
     for (std::size_t s = 0; s < v.size(); s += static_cast<std::size_t>(sub)) {
       float lo = 0, hi = 0;
@@ -338,7 +368,7 @@ TEST_CASE("q2_K … q6_K, iq4_nl, iq4_xs: scale packing, number order and error"
     }
     const double rel = std::sqrt(err / total);
     INFO(dtype_name(t) << " relative RMS error " << rel);
-    CHECK(rel < (is_iq4(t) ? 0.07 : t == DType::q2_K ? 0.25 : t == DType::q3_K ? 0.14 : t == DType::q4_K ? 0.09 : t == DType::q5_K ? 0.045 : 0.022));
+    CHECK(rel < (t == DType::q4_1 ? 0.07 : t == DType::q5_0 || t == DType::q5_1 ? 0.04 : is_iq4(t) ? 0.07 : t == DType::q2_K ? 0.25 : t == DType::q3_K ? 0.14 : t == DType::q4_K ? 0.09 : t == DType::q5_K ? 0.045 : 0.022));
   }
 }
 

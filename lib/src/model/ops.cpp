@@ -686,6 +686,57 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_
 #undef LMP_DOT_IQ4
 #undef LMP_IQ4_X
 
+// ---- q4_1, q5_0 and q5_1 rows against a quantized activation ---------------------------
+// Each block's levels (0..15 or 0..31: q4_0's nibbles, and for the 5-bit types each fifth
+// bit of qh moved to bit 4: byte j of the 32 takes byte j / 8 of qh by a shuffle, tests
+// its bit j % 8, and keeps 16 where it is set) on the unsigned side of the multiply-add.
+// q5_0's − 16 comes back as twice q4_0's bias (−16 · Σ x of each 4); q4_1's and q5_1's
+// offset m as m · (the activation block's d · Σ q), QuantizedVec::sum.
+#define LMP_DOT_Q451(MADD)                                                                  \
+  constexpr bool five = !std::is_same_v<Block, BlockQ4_1>, offset = !std::is_same_v<Block, BlockQ5_0>; \
+  const auto* w = reinterpret_cast<const Block*>(row);                                     \
+  const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll); \
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));  \
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;                                           \
+  float om = 0;                                                                             \
+  for (std::int64_t b = 0; b < nb; ++b) {                                                   \
+    if ((b & 3) == 0) prefetch_ahead(w + b, pd, 2); /* 4 blocks: 80 to 96 bytes */        \
+    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs))); \
+    __m256i lev = _mm256_and_si256(_mm256_srlv_epi64(bytes, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F)); \
+    __m256i start = _mm256_setzero_si256();                                                 \
+    if constexpr (five) {                                                                   \
+      std::uint32_t qh;                                                                     \
+      __builtin_memcpy(&qh, w[b].qh, 4);                                                    \
+      const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), spread); \
+      lev = _mm256_or_si256(lev, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit), _mm256_set1_epi8(16))); \
+    }                                                                                       \
+    if constexpr (!offset) start = _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias + 8 * b)), 1); \
+    const __m256i p = MADD(start, lev, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * b))); \
+    const __m256 f = _mm256_set1_ps(_cvtsh_ss(w[b].d) * xd[b]);                            \
+    if (b & 1) acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc1);                      \
+    else acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc0);                            \
+    if constexpr (offset) om += _cvtsh_ss(w[b].m) * xs[b];                                  \
+  }                                                                                         \
+  return hsum(_mm256_add_ps(acc0, acc1)) + om;
+
+// bias: QuantizedVec::bias_q4 (q5_0); xs: QuantizedVec::sum (q4_1, q5_1). nb: blocks.
+template <typename Block>
+__attribute__((target("avx2,fma,f16c"))) float dot_q451_avx2(const std::byte* row, const std::int8_t* xq, const float* xd,
+                                                           const std::int32_t* bias, const float* xs, std::int64_t nb,
+                                                           std::ptrdiff_t pd) {
+  LMP_DOT_Q451(madd_u8_avx2)
+}
+template <typename Block>
+__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_q451_vnni(const std::byte* row,
+                                                                                         const std::int8_t* xq,
+                                                                                         const float* xd,
+                                                                                         const std::int32_t* bias,
+                                                                                         const float* xs, std::int64_t nb,
+                                                                                         std::ptrdiff_t pd) {
+  LMP_DOT_Q451(madd_u8_vnni)
+}
+#undef LMP_DOT_Q451
+
 // ---- k-quant rows (q2_K … q6_K) against a quantized activation ---------------------
 // Each sub-block of 32 numbers meets one of the activation's 32-number blocks: the int8
 // multiply-add of its unsigned levels and the activation's bytes, times the sub-block's
@@ -1033,6 +1084,22 @@ void matvec(float* out, const Weight& w, const float* x, const QuantizedVec* xq,
           s = vnni ? dot_iq4_vnni<BlockIq4Xs>(row, q, xd, b, n / 32, pd) : dot_iq4_avx2<BlockIq4Xs>(row, q, xd, b, n / 32, pd);
         break;
       }
+      case DType::q4_1:
+      case DType::q5_0:
+      case DType::q5_1: {
+        const std::int8_t* q = xq->q.data();
+        const float *xd = xq->d.data(), *xs = xq->sum.data();
+        const std::int32_t* b = xq->bias_q4.data();
+        const std::int64_t nb = n / 32;
+        if (!avx2) s = dot_k_scalar(w.dtype, row, x, n);
+        else if (w.dtype == DType::q4_1)
+          s = vnni ? dot_q451_vnni<BlockQ4_1>(row, q, xd, b, xs, nb, pd) : dot_q451_avx2<BlockQ4_1>(row, q, xd, b, xs, nb, pd);
+        else if (w.dtype == DType::q5_0)
+          s = vnni ? dot_q451_vnni<BlockQ5_0>(row, q, xd, b, xs, nb, pd) : dot_q451_avx2<BlockQ5_0>(row, q, xd, b, xs, nb, pd);
+        else
+          s = vnni ? dot_q451_vnni<BlockQ5_1>(row, q, xd, b, xs, nb, pd) : dot_q451_avx2<BlockQ5_1>(row, q, xd, b, xs, nb, pd);
+        break;
+      }
       default:
         s = 0;  // other dtypes are refused when the model is loaded
     }
@@ -1119,7 +1186,7 @@ bool matmul_few_available(DType t, std::int64_t n) {
   // (iq4_nl and iq4_xs as the k-quants; not measured on their own)
   if ((is_k_quant(t) || is_iq4(t)) && gemm_q8_takes(t)) return n <= kFewKQuantInt8;
   if (t == DType::q6_K) return n <= kFewQ6K;
-  if (is_k_quant(t) || is_iq4(t)) return n <= kFewKQuant;
+  if (is_k_quant(t) || is_iq4(t) || is_q45_legacy(t)) return n <= kFewKQuant;
   return n <= 16 && cpu::avx2() && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
 }
 

@@ -51,6 +51,9 @@ std::uint32_t file_type(DType d) {  // llama.cpp's LLAMA_FTYPE_ALL_F32, MOSTLY_F
   switch (d) {
     case DType::f16: return 1;
     case DType::q4_0: return 2;
+    case DType::q4_1: return 3;
+    case DType::q5_0: return 8;
+    case DType::q5_1: return 9;
     case DType::q8_0: return 7;
     case DType::q2_K: return 10;  // MOSTLY_Q2_K
     case DType::q3_K: return 11;  // MOSTLY_Q3_K_S: q3_K throughout

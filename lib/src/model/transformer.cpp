@@ -15,13 +15,14 @@ namespace {
 
 // How prompt processing multiplies n tokens by weights of type t: a few tokens read each
 // row once for all (matmul_few); more go to the AVX-512 GEMMs, int8 ones (q8_0; q4_0 and
-// the k-quants and iq4 types unpacked to q8_0 blocks) or f32 ones (f32, f16, bf16; the
-// others without VNNI, converted as they are packed); without AVX-512, rows converted to f32 (matmul).
+// the k-quants and iq4 types unpacked to q8_0 blocks) or f32 ones (f32, f16, bf16; q4_1,
+// q5_0 and q5_1; the others without VNNI, converted as they are packed); without AVX-512, rows converted to f32 (matmul).
 enum class Product { few, gemm_f32, gemm_q8, generic };
 Product product_for(DType t, std::int64_t n) {
   if (matmul_few_available(t, n)) return Product::few;
   if (gemm_q8_takes(t)) return Product::gemm_q8;
-  if ((t == DType::f32 || t == DType::f16 || t == DType::bf16 || is_k_quant(t) || is_iq4(t)) && gemm_f32_available())
+  if ((t == DType::f32 || t == DType::f16 || t == DType::bf16 || is_k_quant(t) || is_iq4(t) || is_q45_legacy(t)) &&
+      gemm_f32_available())
     return Product::gemm_f32;
   return Product::generic;
 }
@@ -44,11 +45,11 @@ Result<Weight> weight(const TensorFile& f, const std::string& name, std::int64_t
   switch (t->dtype) {
     case DType::f32: case DType::f16: case DType::bf16: case DType::q8_0: case DType::q4_0:
     case DType::q2_K: case DType::q3_K: case DType::q4_K: case DType::q5_K: case DType::q6_K:
-    case DType::iq4_nl: case DType::iq4_xs: break;
+    case DType::iq4_nl: case DType::iq4_xs: case DType::q4_1: case DType::q5_0: case DType::q5_1: break;
     default:
       return make_error(Errc::unsupported,
-                        "{}: tensor '{}' is {}; weights must be f32, f16, bf16, q8_0, q4_0, q2_K, q3_K, q4_K, q5_K, q6_K, "
-                        "iq4_nl or iq4_xs",
+                        "{}: tensor '{}' is {}; weights must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, "
+                        "q4_K, q5_K, q6_K, iq4_nl or iq4_xs",
                         f.name(), name, dtype_name(t->dtype));
   }
   Weight w;

@@ -22,7 +22,8 @@ const DTypeInfo kInfo[] = {
     {"q4_0", 32, 18, true}, {"i32", 1, 4, false}, {"i8", 1, 1, false},  {"u8", 1, 1, false},
     {"i16", 1, 2, false},   {"i64", 1, 8, false}, {"f64", 1, 8, false}, {"q4_K", 256, 144, true},
     {"q5_K", 256, 176, true}, {"q6_K", 256, 210, true}, {"q2_K", 256, 84, true},  {"q3_K", 256, 110, true},
-    {"iq4_nl", 32, 18, true}, {"iq4_xs", 256, 136, true},
+    {"iq4_nl", 32, 18, true}, {"iq4_xs", 256, 136, true}, {"q4_1", 32, 20, true}, {"q5_0", 32, 22, true},
+    {"q5_1", 32, 24, true},
 };
 
 std::uint32_t bits_of(float f) {
@@ -105,6 +106,51 @@ void quantize_q4_0(const float* x, BlockQ4_0* y, std::size_t nb) {
     }
   }
 }
+
+// q4_1 and q5_1: d = (max − min) / (2^bits − 1), m = min, q = trunc((x − min) / d + 0.5)
+// (the reference's rounding); q5_0 as q4_0 with 16 levels a side.
+template <int Bits, typename Block>
+void quantize_affine_32(const float* x, Block* y, std::size_t nb) {
+  constexpr int Q = (1 << Bits) - 1;
+  for (std::size_t k = 0; k < nb; ++k, x += 32) {
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < 32; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+    const float d = (hi - lo) / static_cast<float>(Q);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[k].d = f32_to_f16(d);
+    y[k].m = f32_to_f16(lo);
+    std::uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int q0 = std::min(Q, static_cast<int>((x[j] - lo) * id + 0.5f));
+      const int q1 = std::min(Q, static_cast<int>((x[16 + j] - lo) * id + 0.5f));
+      y[k].qs[j] = static_cast<std::uint8_t>((q0 & 15) | (q1 & 15) << 4);
+      qh |= static_cast<std::uint32_t>(q0 >> 4) << j | static_cast<std::uint32_t>(q1 >> 4) << (j + 16);
+    }
+    if constexpr (Bits == 5) std::memcpy(y[k].qh, &qh, 4);
+  }
+}
+void quantize_q4_1(const float* x, BlockQ4_1* y, std::size_t nb) { quantize_affine_32<4>(x, y, nb); }
+void quantize_q5_1(const float* x, BlockQ5_1* y, std::size_t nb) { quantize_affine_32<5>(x, y, nb); }
+
+void quantize_q5_0(const float* x, BlockQ5_0* y, std::size_t nb) {
+  for (std::size_t k = 0; k < nb; ++k, x += 32) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; ++j)
+      if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), max = x[j];
+    const float d = max / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[k].d = f32_to_f16(d);
+    std::uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+      // Truncation toward zero of a value in [0.5, 32.5], as the reference does.
+      const int q0 = std::min(31, static_cast<int>(static_cast<std::int8_t>(x[j] * id + 16.5f)));
+      const int q1 = std::min(31, static_cast<int>(static_cast<std::int8_t>(x[16 + j] * id + 16.5f)));
+      y[k].qs[j] = static_cast<std::uint8_t>((q0 & 15) | (q1 & 15) << 4);
+      qh |= static_cast<std::uint32_t>(q0 >> 4) << j | static_cast<std::uint32_t>(q1 >> 4) << (j + 16);
+    }
+    std::memcpy(y[k].qh, &qh, 4);
+  }
+}
 }  // namespace
 
 const DTypeInfo& dtype_info(DType t) { return kInfo[static_cast<std::size_t>(t)]; }
@@ -121,7 +167,8 @@ std::optional<DType> parse_dtype(std::string_view name) {
 }
 
 const std::vector<std::string>& weight_dtype_names() {
-  static const std::vector<std::string> names{"f32", "f16", "bf16", "q8_0", "q4_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"};
+  static const std::vector<std::string> names{"f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",   "q5_0",
+                                                "q5_1", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"};
   return names;
 }
 const std::string& weight_dtype_list() {
@@ -218,6 +265,45 @@ void to_f32(DType t, const void* src, float* dst, std::size_t n) {
     case DType::q2_K: return q2_K_to_f32(static_cast<const BlockQ2_K*>(src), dst, n / kQK_K);
     case DType::q3_K: return q3_K_to_f32(static_cast<const BlockQ3_K*>(src), dst, n / kQK_K);
     case DType::iq4_nl: return iq4_nl_to_f32(static_cast<const BlockIq4Nl*>(src), dst, n / 32);
+    case DType::q4_1: {
+      const auto* b = static_cast<const BlockQ4_1*>(src);
+      for (std::size_t k = 0; k < n / 32; ++k) {
+        const float d = f16_to_f32(b[k].d), m = f16_to_f32(b[k].m);
+        for (std::size_t j = 0; j < 16; ++j) {
+          dst[k * 32 + j] = static_cast<float>(b[k].qs[j] & 0x0F) * d + m;
+          dst[k * 32 + j + 16] = static_cast<float>(b[k].qs[j] >> 4) * d + m;
+        }
+      }
+      return;
+    }
+    case DType::q5_0:
+    case DType::q5_1: {
+      // (the two differ only in m and its place: q5_0 has none and subtracts 16)
+      const bool one = t == DType::q5_1;
+      const std::size_t bytes = one ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0);
+      for (std::size_t k = 0; k < n / 32; ++k) {
+        const auto* p = static_cast<const std::uint8_t*>(src) + k * bytes;
+        std::uint16_t dh, mh = 0;
+        std::uint32_t qh;
+        std::memcpy(&dh, p, 2);
+        if (one) std::memcpy(&mh, p + 2, 2);
+        const std::uint8_t* q = p + (one ? 4 : 2);
+        std::memcpy(&qh, q, 4);
+        const float d = f16_to_f32(dh), m = f16_to_f32(mh);
+        for (std::size_t j = 0; j < 16; ++j) {
+          const int q0 = (q[4 + j] & 0x0F) | static_cast<int>((qh >> j) & 1) << 4;
+          const int q1 = (q[4 + j] >> 4) | static_cast<int>((qh >> (j + 16)) & 1) << 4;
+          if (one) {
+            dst[k * 32 + j] = static_cast<float>(q0) * d + m;
+            dst[k * 32 + j + 16] = static_cast<float>(q1) * d + m;
+          } else {
+            dst[k * 32 + j] = static_cast<float>(q0 - 16) * d;
+            dst[k * 32 + j + 16] = static_cast<float>(q1 - 16) * d;
+          }
+        }
+      }
+      return;
+    }
     case DType::iq4_xs: return iq4_xs_to_f32(static_cast<const BlockIq4Xs*>(src), dst, n / kQK_K);
     case DType::i32: {
       const auto* s = static_cast<const std::int32_t*>(src);
@@ -278,6 +364,9 @@ void from_f32(DType t, const float* src, void* dst, std::size_t n) {
     case DType::q2_K: return quantize_q2_K(src, static_cast<BlockQ2_K*>(dst), n / kQK_K);
     case DType::q3_K: return quantize_q3_K(src, static_cast<BlockQ3_K*>(dst), n / kQK_K);
     case DType::iq4_nl: return quantize_iq4_nl(src, static_cast<BlockIq4Nl*>(dst), n / 32);
+    case DType::q4_1: return quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), n / 32);
+    case DType::q5_0: return quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), n / 32);
+    case DType::q5_1: return quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), n / 32);
     case DType::iq4_xs: return quantize_iq4_xs(src, static_cast<BlockIq4Xs*>(dst), n / kQK_K);
     case DType::i32:
     case DType::i8:

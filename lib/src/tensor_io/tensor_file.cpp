@@ -149,7 +149,7 @@ struct GgmlType {
   DType dtype;
 };
 constexpr GgmlType kGgmlTypes[] = {{0, DType::f32}, {1, DType::f16}, {2, DType::q4_0}, {8, DType::q8_0},
-                                   {10, DType::q2_K}, {11, DType::q3_K}, {12, DType::q4_K}, {13, DType::q5_K}, {14, DType::q6_K}, {20, DType::iq4_nl}, {23, DType::iq4_xs}, {24, DType::i8}, {25, DType::i16}, {26, DType::i32}, {27, DType::i64},
+                                   {10, DType::q2_K}, {11, DType::q3_K}, {12, DType::q4_K}, {13, DType::q5_K}, {14, DType::q6_K}, {20, DType::iq4_nl}, {23, DType::iq4_xs}, {3, DType::q4_1}, {6, DType::q5_0}, {7, DType::q5_1}, {24, DType::i8}, {25, DType::i16}, {26, DType::i32}, {27, DType::i64},
                                    {28, DType::f64}, {30, DType::bf16}};
 std::string_view ggml_type_name(std::uint32_t id) {
   static constexpr std::pair<std::uint32_t, std::string_view> kNames[] = {
