@@ -413,10 +413,7 @@ __attribute__((target("avx2,avx512vnni,avx512vl,avx512bw"))) inline __m256i dot3
 // loop, which streams memory a few percent faster on Zen 4 than this one with T = 1. Every
 // product is added by an explicit multiply-add or after one (never a product then a sum
 // that the compiler may or may not fuse), so the bits do not depend on how it compiles T.
-#define LMP_Q4_UNSIGNED(k)                                                                  \
-  _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[k].qs))), \
-                                     _mm256_setr_epi64x(0, 0, 4, 4)), /* low nibbles, then high ones */ \
-                   _mm256_set1_epi8(0x0F))
+#define LMP_Q4_UNSIGNED(k) nibbles_avx2(w[k].qs) /* low nibbles, then high ones */
 #define LMP_Q8_UNSIGNED(k)                                                                  \
   _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[k].qs)), _mm256_set1_epi8(static_cast<char>(0x80)))
 #define LMP_INT8_BLOCK(MADD, UNSIGNED, k, STEP)                                             \
@@ -612,18 +609,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,
 // values meet x with the sign moved onto x (dot32_avx2). Then times d (iq4_xs:
 // d · (ls − 32), a super-block's 8 factors made at once from its scale bits) and the
 // activation block's scale. nb: blocks of 32.
-__attribute__((target("avx2"))) inline __m256i iq4_nibbles(const std::uint8_t* qs) {
-  const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
-  return _mm256_and_si256(_mm256_srlv_epi64(bytes, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
-}
 __attribute__((target("avx2"))) inline __m256i iq4_dot_avx2(__m256i table, const std::uint8_t* qs, __m256i x,
                                                            const std::int32_t*) {
-  return dot32_avx2(_mm256_shuffle_epi8(table, iq4_nibbles(qs)), x);
+  return dot32_avx2(_mm256_shuffle_epi8(table, nibbles_avx2(qs)), x);
 }
 __attribute__((target("avx2,avx512vnni,avx512vl"))) inline __m256i iq4_dot_vnni(__m256i table, const std::uint8_t* qs,
                                                                                __m256i x, const std::int32_t* bias) {
   return _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias)),
-                             _mm256_shuffle_epi8(table, iq4_nibbles(qs)), x);
+                             _mm256_shuffle_epi8(table, nibbles_avx2(qs)), x);
 }
 #define LMP_IQ4_X(k) _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + (k) * 32))
 #define LMP_DOT_IQ4(DOT, LEVELS)                                                            \
@@ -701,8 +694,7 @@ __attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl,avx512bw"))) float dot_
   float om = 0;                                                                             \
   for (std::int64_t b = 0; b < nb; ++b) {                                                   \
     if ((b & 3) == 0) prefetch_ahead(w + b, pd, 2); /* 4 blocks: 80 to 96 bytes */        \
-    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs))); \
-    __m256i lev = _mm256_and_si256(_mm256_srlv_epi64(bytes, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F)); \
+    __m256i lev = nibbles_avx2(w[b].qs);                                                    \
     __m256i start = _mm256_setzero_si256();                                                 \
     if constexpr (five) {                                                                   \
       std::uint32_t qh;                                                                     \

@@ -193,14 +193,18 @@ __attribute__((target("avx2"))) inline void q23_levels_avx2(const Block& b, int 
   }
 }
 
-// The 32 numbers of an iq4 block of 16 nibble bytes (q4_0's order) as the table's signed
-// values, one byte a number.
-__attribute__((target("avx2"))) inline __m256i iq4_values_avx2(const std::uint8_t* qs) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Levels));
-  const __m256i table = _mm256_broadcastsi128_si256(t);
+// The 32 nibbles of 16 bytes in q4_0's order (byte j: number j low, j + 16 high), one byte
+// a number: q4_0, q4_1, q5_0, q5_1 and the iq4 types.
+__attribute__((target("avx2"))) inline __m256i nibbles_avx2(const std::uint8_t* qs) {
   const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
-  const __m256i nib = _mm256_and_si256(_mm256_srlv_epi64(bytes, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
-  return _mm256_shuffle_epi8(table, nib);
+  return _mm256_and_si256(_mm256_srlv_epi64(bytes, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+}
+
+// The 32 numbers of an iq4 block of 16 nibble bytes as the table's signed values, one
+// byte a number.
+__attribute__((target("avx2"))) inline __m256i iq4_values_avx2(const std::uint8_t* qs) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4Levels)));
+  return _mm256_shuffle_epi8(table, nibbles_avx2(qs));
 }
 
 // nb super-blocks → nb · 256 floats.
